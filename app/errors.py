@@ -1,0 +1,171 @@
+"""The AppError family and the handlers that render every failure as problem+json."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger("engram.errors")
+
+PROBLEM_JSON = "application/problem+json"
+PROBLEM_BASE = "https://engram.dev/problems/"
+
+
+class FieldError(BaseModel):
+    field: str
+    message: str
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details, as every 4xx/5xx answer carries them."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    errors: list[FieldError] | None = None
+
+
+class AppError(Exception):
+    status: int = 500
+    code: str = "internal_error"
+    title: str = "Internal error"
+
+    def __init__(self, detail: str, *, errors: Sequence[FieldError] | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.errors = list(errors) if errors is not None else None
+
+
+class NotFound(AppError):
+    status, code, title = 404, "not_found", "Not found"
+
+
+class Conflict(AppError):
+    status, code, title = 409, "conflict", "Conflict"
+
+
+class Unauthorized(AppError):
+    status, code, title = 401, "unauthorized", "Unauthorized"
+
+
+class ValidationFailed(AppError):
+    status, code, title = 422, "validation_error", "Validation error"
+
+    @classmethod
+    def on(cls, field: str, message: str) -> ValidationFailed:
+        return cls(f"{field}: {message}", errors=[FieldError(field=field, message=message)])
+
+
+class ProviderError(AppError):
+    """An upstream provider (embeddings API, LLM) failed or answered garbage."""
+
+    status, code, title = 502, "provider_error", "Upstream provider failed"
+
+
+class ProviderUnavailable(ProviderError):
+    status, code, title = 503, "provider_unavailable", "Upstream provider unavailable"
+
+
+class DatabaseUnavailable(AppError):
+    status, code, title = 503, "database_unavailable", "Database unavailable"
+
+
+def problem_response(
+    status: int,
+    code: str,
+    title: str,
+    detail: str,
+    errors: Sequence[FieldError] | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    body = Problem(
+        type=PROBLEM_BASE + code,
+        title=title,
+        status=status,
+        detail=detail,
+        errors=list(errors) if errors is not None else None,
+    )
+    return JSONResponse(
+        body.model_dump(exclude_none=True),
+        status_code=status,
+        media_type=PROBLEM_JSON,
+        headers=headers,
+    )
+
+
+def _field_path(loc: Sequence[int | str]) -> str:
+    parts = [str(p) for p in loc]
+    # The body is the common case; naming it in every path would be noise.
+    if parts and parts[0] == "body":
+        parts = parts[1:]
+    return ".".join(parts) or "body"
+
+
+def validation_errors(raw: Sequence[Any]) -> list[FieldError]:
+    out = []
+    for err in raw:
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        out.append(FieldError(field=_field_path(err.get("loc", ())), message=msg))
+    return out
+
+
+_STATUS_TITLES = {
+    400: ("bad_request", "Bad request"),
+    401: ("unauthorized", "Unauthorized"),
+    404: ("not_found", "Not found"),
+    405: ("method_not_allowed", "Method not allowed"),
+    413: ("payload_too_large", "Payload too large"),
+    415: ("unsupported_media_type", "Unsupported media type"),
+}
+
+
+def _is_connection_failure(exc: BaseException) -> bool:
+    if isinstance(exc, InterfaceError | OperationalError):
+        return True
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    return isinstance(exc, OSError | ConnectionError)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(AppError)
+    async def _app_error(_: Request, exc: AppError) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        return problem_response(exc.status, exc.code, exc.title, exc.detail, exc.errors, headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = validation_errors(exc.errors())
+        detail = "; ".join(f"{e.field}: {e.message}" for e in errors[:5])
+        return problem_response(422, "validation_error", "Validation error", detail, errors)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code, title = _STATUS_TITLES.get(exc.status_code, ("http_error", "HTTP error"))
+        detail = exc.detail if isinstance(exc.detail, str) else title
+        return problem_response(
+            exc.status_code, code, title, detail, headers=dict(exc.headers or {}) or None
+        )
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        if _is_connection_failure(exc):
+            log.warning("database unreachable during %s %s: %s", request.method,
+                        request.url.path, exc)
+            return problem_response(
+                503, "database_unavailable", "Database unavailable",
+                "the database could not be reached; retry later",
+            )
+        log.exception("unhandled error during %s %s", request.method, request.url.path)
+        return problem_response(
+            500, "internal_error", "Internal error", "an unexpected error occurred"
+        )

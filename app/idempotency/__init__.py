@@ -1,0 +1,1 @@
+"""Idempotency keys: a retried create returns the first answer instead of a duplicate."""

@@ -1,0 +1,71 @@
+"""Runs a create at most once per key; replays its stored answer to retries."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from app.errors import Conflict, ValidationFailed
+from app.idempotency.repository import IdempotencyRepository
+
+HEADER = "Idempotency-Key"
+_KEY_PATTERN = re.compile(r"^[\x21-\x7e]{1,255}$")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status_code: int
+    body: Any
+    replayed: bool
+
+
+def request_hash(operation: str, body: Any) -> bytes:
+    canonical = json.dumps([operation, body], sort_keys=True, separators=(",", ":"),
+                           ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).digest()
+
+
+def check_key(key: str) -> str:
+    if not _KEY_PATTERN.match(key):
+        raise ValidationFailed.on(
+            f"header.{HEADER}", "must be 1 to 255 visible ASCII characters"
+        )
+    return key
+
+
+class IdempotencyService:
+    def __init__(self, repository: IdempotencyRepository, ttl: timedelta) -> None:
+        self.repository = repository
+        self.ttl = ttl
+
+    async def run(
+        self,
+        key: str,
+        operation: str,
+        body: Any,
+        produce: Callable[[], Awaitable[tuple[int, Any]]],
+    ) -> Outcome:
+        digest = request_hash(operation, body)
+        if not await self.repository.claim(key, operation, digest):
+            record = await self.repository.get(key)
+            expired = record is None or record.created_at < datetime.now(UTC) - self.ttl
+            if record is not None and not expired:
+                if record.operation != operation or record.request_hash != digest:
+                    raise Conflict(
+                        f"{HEADER} {key!r} was already used with a different request; "
+                        "use a new key for a new request"
+                    )
+                if record.status_code is not None:
+                    return Outcome(record.status_code, record.response_body, replayed=True)
+            if record is None:
+                await self.repository.claim(key, operation, digest)
+            else:
+                await self.repository.reclaim(key, operation, digest)
+        status_code, response = await produce()
+        await self.repository.complete(key, status_code, response)
+        return Outcome(status_code, response, replayed=False)

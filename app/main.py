@@ -1,0 +1,73 @@
+"""create_app(settings) and the lifespan that opens and closes the process's resources."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from app.errors import Problem, install_error_handlers
+from app.maintenance import start_maintenance
+from app.memories.router import router as memories_router
+from app.resources import Resources, build_resources
+from app.service.metrics import MetricsMiddleware
+from app.service.router import router as service_router
+from app.settings import Settings
+
+log = logging.getLogger("engram")
+
+API_DESCRIPTION = """Engram stores what AI agents want to remember and finds it again.
+
+Errors are `application/problem+json` (RFC 9457). Authenticate with
+`Authorization: Bearer <api key>` when the service runs with authentication on."""
+
+
+def create_app(settings: Settings | None = None, resources: Resources | None = None) -> FastAPI:
+    """Build the app. Given `resources` (tests), the lifespan neither opens nor closes them."""
+    settings = settings or (resources.settings if resources else Settings())
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if resources is not None:
+            yield
+            return
+        opened = await build_resources(settings)
+        app.state.resources = opened
+        start_maintenance(opened)
+        log.info("engram ready at http://%s:%d (database: %s, embedder: %s)",
+                 settings.host, settings.port, opened.database_label, opened.embedder.name)
+        try:
+            yield
+        finally:
+            await opened.close()
+
+    app = FastAPI(title="Engram", version="0.1.0", description=API_DESCRIPTION,
+                  lifespan=lifespan)
+    if resources is not None:
+        app.state.resources = resources
+    install_error_handlers(app)
+    app.include_router(service_router)
+    app.include_router(memories_router)
+    app.add_middleware(MetricsMiddleware)
+    _declare_problem_schema(app)
+    return app
+
+
+def _declare_problem_schema(app: FastAPI) -> None:
+    """Make `Problem` a named component even for routes that only reference it by $ref."""
+    original = app.openapi
+
+    def openapi() -> dict[str, object]:
+        if app.openapi_schema is None:
+            schema = original()
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            if "Problem" not in components:
+                components["Problem"] = Problem.model_json_schema(
+                    ref_template="#/components/schemas/{model}"
+                )
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -1,0 +1,1 @@
+"""Memories: store, read, list, change and delete the facts agents remember."""

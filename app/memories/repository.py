@@ -1,0 +1,105 @@
+"""SQL for memories. Every statement is confined to the repository's tenant."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Select, and_, delete, func, insert, or_, select, tuple_, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.models import Memory
+
+
+@dataclass(frozen=True)
+class MemoryFilter:
+    user_id: str | None = None
+    agent_id: str | None = None
+    session_id: str | None = None
+    namespace: str | None = None
+    tags: Sequence[str] | None = None
+    categories: Sequence[str] | None = None
+    fact_role: str | None = None
+    include_archived: bool = False
+
+
+def live(now: Any = None) -> Any:
+    """Rows a reader may see at all: not expired."""
+    moment = now if now is not None else func.now()
+    return or_(Memory.expires_at.is_(None), Memory.expires_at > moment)
+
+
+class MemoryRepository:
+    def __init__(self, session: AsyncSession, tenant_id: uuid.UUID) -> None:
+        self.session = session
+        self.tenant_id = tenant_id
+
+    def _select(self) -> Select[Memory]:
+        return select(Memory).where(Memory.tenant_id == self.tenant_id)
+
+    async def insert_many(self, rows: Sequence[dict[str, Any]]) -> None:
+        if rows:
+            await self.session.execute(
+                insert(Memory), [{**row, "tenant_id": self.tenant_id} for row in rows]
+            )
+
+    async def get(self, memory_id: uuid.UUID, *, for_update: bool = False) -> Memory | None:
+        stmt = self._select().where(Memory.id == memory_id, live())
+        if for_update:
+            stmt = stmt.with_for_update()
+        return (await self.session.scalars(stmt)).one_or_none()
+
+    async def page(
+        self,
+        filters: MemoryFilter,
+        *,
+        limit: int,
+        after: tuple[datetime, uuid.UUID] | None = None,
+    ) -> list[Memory]:
+        stmt = self._select().where(live(), *self._filter_predicates(filters))
+        if after is not None:
+            stmt = stmt.where(tuple_(Memory.created_at, Memory.id) < tuple_(*after))
+        stmt = stmt.order_by(Memory.created_at.desc(), Memory.id.desc()).limit(limit)
+        return list((await self.session.scalars(stmt)).all())
+
+    @staticmethod
+    def _filter_predicates(filters: MemoryFilter) -> list[Any]:
+        preds: list[Any] = []
+        for column, value in (
+            (Memory.user_id, filters.user_id),
+            (Memory.agent_id, filters.agent_id),
+            (Memory.session_id, filters.session_id),
+            (Memory.namespace, filters.namespace),
+        ):
+            if value is not None:
+                preds.append(column == value)
+        if filters.tags:
+            preds.append(Memory.tags.contains(list(filters.tags)))
+        if filters.categories:
+            preds.append(Memory.category.in_(list(filters.categories)))
+        if filters.fact_role is not None:
+            preds.append(Memory.fact_role == filters.fact_role)
+        if not filters.include_archived:
+            preds.append(Memory.archived_at.is_(None))
+        return preds
+
+    async def update(self, memory_id: uuid.UUID, values: dict[str, Any]) -> Memory | None:
+        stmt = (
+            update(Memory)
+            .where(and_(Memory.tenant_id == self.tenant_id, Memory.id == memory_id), live())
+            .values(**values, updated_at=func.now())
+            .returning(Memory)
+            .execution_options(synchronize_session=False)
+        )
+        return (await self.session.scalars(stmt)).one_or_none()
+
+    async def delete(self, memory_id: uuid.UUID) -> bool:
+        stmt = (
+            delete(Memory)
+            .where(Memory.tenant_id == self.tenant_id, Memory.id == memory_id)
+            .returning(Memory.id)
+        )
+        return (await self.session.execute(stmt)).first() is not None

@@ -1,0 +1,136 @@
+"""HTTP routes of the memory endpoints: parse, call the service, shape the answer."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi.responses import JSONResponse
+
+from app.deps import CallerDep, SessionDep, problems
+from app.errors import ValidationFailed
+from app.idempotency.repository import IdempotencyRepository
+from app.idempotency.service import HEADER, IdempotencyService, check_key
+from app.memories.repository import MemoryFilter, MemoryRepository
+from app.memories.schemas import (
+    Memory,
+    MemoryBatch,
+    MemoryBatchCreate,
+    MemoryCreate,
+    MemoryPage,
+    MemoryUpdate,
+)
+from app.memories.service import MemoryService
+from app.validation import Category, ScopeId, Tag
+
+router = APIRouter(prefix="/v1/memories", tags=["memories"])
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(alias=HEADER, description="Makes a retry return the first answer (kept 24 h)."),
+]
+LIST_PARAMS = frozenset({"user_id", "agent_id", "session_id", "namespace", "tags", "categories",
+                         "fact_role", "include_archived", "limit", "cursor"})
+
+
+def _service(request: Request, session: SessionDep, caller: CallerDep) -> MemoryService:
+    return MemoryService(MemoryRepository(session, caller.tenant_id),
+                         request.app.state.resources.embedder)
+
+
+async def _create(
+    request: Request, session: SessionDep, caller: CallerDep, key: str | None,
+    operation: str, body: Any, produce: Any,
+) -> Response:
+    if key is None:
+        status, payload = await produce()
+        return JSONResponse(payload, status_code=status)
+    ttl = timedelta(hours=request.app.state.resources.settings.idempotency_ttl_hours)
+    idempotency = IdempotencyService(IdempotencyRepository(session, caller.tenant_id), ttl)
+    outcome = await idempotency.run(check_key(key), operation, body, produce)
+    headers = {"Idempotent-Replayed": "true"} if outcome.replayed else None
+    return JSONResponse(outcome.body, status_code=outcome.status_code, headers=headers)
+
+
+@router.post("", operation_id="createMemory", summary="Store one memory", status_code=201,
+             response_model=Memory, responses=problems(409, 502))
+async def create_memory(
+    body: MemoryCreate, request: Request, session: SessionDep, caller: CallerDep,
+    idempotency_key: IdempotencyKey = None,
+) -> Response:
+    service = _service(request, session, caller)
+
+    async def produce() -> tuple[int, Any]:
+        (memory,) = await service.create_many([body])
+        return 201, memory.model_dump(mode="json")
+
+    return await _create(request, session, caller, idempotency_key, "createMemory",
+                         body.model_dump(mode="json", exclude_unset=True), produce)
+
+
+@router.post("/batch", operation_id="createMemories", status_code=201,
+             summary="Store up to 1000 memories, all or nothing", response_model=MemoryBatch,
+             responses=problems(409, 502))
+async def create_memories(
+    body: MemoryBatchCreate, request: Request, session: SessionDep, caller: CallerDep,
+    idempotency_key: IdempotencyKey = None,
+) -> Response:
+    service = _service(request, session, caller)
+
+    async def produce() -> tuple[int, Any]:
+        memories = await service.create_many(body.items)
+        return 201, MemoryBatch(items=memories).model_dump(mode="json")
+
+    return await _create(request, session, caller, idempotency_key, "createMemories",
+                         body.model_dump(mode="json", exclude_unset=True), produce)
+
+
+@router.get("/{memory_id}", operation_id="getMemory", summary="Read one memory",
+            response_model=Memory, responses=problems(404))
+async def get_memory(memory_id: uuid.UUID, request: Request, session: SessionDep,
+                     caller: CallerDep) -> Memory:
+    return await _service(request, session, caller).get(memory_id)
+
+
+@router.get("", operation_id="listMemories", summary="List memories, newest first",
+            response_model=MemoryPage, responses=problems())
+async def list_memories(
+    request: Request,
+    session: SessionDep,
+    caller: CallerDep,
+    user_id: Annotated[ScopeId | None, Query()] = None,
+    agent_id: Annotated[ScopeId | None, Query()] = None,
+    session_id: Annotated[ScopeId | None, Query()] = None,
+    namespace: Annotated[ScopeId | None, Query()] = None,
+    tags: Annotated[list[Tag] | None, Query(max_length=64,
+                                            description="All must match")] = None,
+    categories: Annotated[list[Category] | None, Query(max_length=64)] = None,
+    fact_role: Annotated[str | None, Query(pattern="^(fact|summary)$")] = None,
+    include_archived: bool = False,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(max_length=512)] = None,
+) -> MemoryPage:
+    unknown = sorted(set(request.query_params) - LIST_PARAMS)
+    if unknown:
+        raise ValidationFailed.on(f"query.{unknown[0]}", "is not a known parameter")
+    filters = MemoryFilter(user_id=user_id, agent_id=agent_id, session_id=session_id,
+                           namespace=namespace, tags=tags, categories=categories,
+                           fact_role=fact_role, include_archived=include_archived)
+    return await _service(request, session, caller).list(filters, limit=limit, cursor=cursor)
+
+
+@router.patch("/{memory_id}", operation_id="updateMemory", summary="Change a memory",
+              response_model=Memory, responses=problems(404, 502))
+async def update_memory(memory_id: uuid.UUID, body: MemoryUpdate, request: Request,
+                        session: SessionDep, caller: CallerDep) -> Memory:
+    return await _service(request, session, caller).update(memory_id, body)
+
+
+@router.delete("/{memory_id}", operation_id="deleteMemory", summary="Delete a memory",
+               status_code=204, response_class=Response, responses=problems(404))
+async def delete_memory(memory_id: uuid.UUID, request: Request, session: SessionDep,
+                        caller: CallerDep) -> Response:
+    await _service(request, session, caller).delete(memory_id)
+    return Response(status_code=204)

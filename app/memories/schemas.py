@@ -1,0 +1,108 @@
+"""Request and response bodies of the memory endpoints."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
+
+from app.validation import (
+    AwareDatetime,
+    Category,
+    Content,
+    Importance,
+    Metadata,
+    ScopeId,
+    Source,
+    TagList,
+)
+
+BATCH_MAX = 1000
+
+
+class MemoryCreate(BaseModel):
+    """A memory to store. Scope fields place it; `created_at` may be set when importing."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    content: Content
+    user_id: ScopeId | None = None
+    agent_id: ScopeId | None = None
+    session_id: ScopeId | None = None
+    namespace: ScopeId | None = None
+    category: Category = "general"
+    tags: TagList = Field(default_factory=list)
+    importance: Importance = 0.5
+    metadata: Metadata = Field(default_factory=dict)
+    source: Source = "api"
+    created_at: AwareDatetime | None = None
+    expires_at: AwareDatetime | None = None
+
+    @field_validator("source")
+    @classmethod
+    def _source_not_reserved(cls, value: str) -> str:
+        if value == "summary":
+            raise ValueError("'summary' is reserved for consolidation output")
+        return value
+
+
+class MemoryBatchCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    items: list[MemoryCreate] = Field(min_length=1, max_length=BATCH_MAX)
+
+
+class MemoryUpdate(BaseModel):
+    """Fields to change; absent fields stay. `expires_at: null` clears the expiry."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    content: Content | None = None
+    category: Category | None = None
+    tags: TagList | None = None
+    importance: Importance | None = None
+    metadata: Metadata | None = None
+    expires_at: AwareDatetime | None = None
+
+    @field_validator("content", "category", "tags", "importance", "metadata", mode="before")
+    @classmethod
+    def _required_not_null(cls, value: Any) -> Any:
+        if value is None:
+            raise ValueError("cannot be null; omit the field to leave it unchanged")
+        return value
+
+
+class Memory(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: uuid.UUID
+    content: str
+    user_id: str | None
+    agent_id: str | None
+    session_id: str | None
+    namespace: str | None
+    category: str
+    tags: list[str]
+    importance: float
+    metadata: dict[str, Any] = Field(validation_alias=AliasChoices("metadata_", "metadata"))
+    source: str
+    fact_role: Literal["fact", "summary"]
+    summary_of: list[uuid.UUID]
+    created_at: datetime
+    updated_at: datetime
+    expires_at: datetime | None
+    archived_at: datetime | None
+    consolidation_id: uuid.UUID | None
+
+
+class MemoryBatch(BaseModel):
+    items: list[Memory]
+
+
+class MemoryPage(BaseModel):
+    items: list[Memory]
+    next_cursor: str | None = Field(
+        description="Pass as `cursor` to read the next page; null on the last page."
+    )

@@ -1,0 +1,89 @@
+"""The rules for memories: embed before writing, batch all-or-nothing, re-embed on change."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from app.errors import NotFound, ValidationFailed
+from app.ids import uuid7
+from app.memories.cursor import decode_cursor, encode_cursor
+from app.memories.repository import MemoryFilter, MemoryRepository
+from app.memories.schemas import Memory, MemoryCreate, MemoryPage, MemoryUpdate
+from app.providers.embedder import Embedder
+
+
+def _row_for(item: MemoryCreate, embedding: list[float], now: datetime) -> dict[str, Any]:
+    return {
+        "id": uuid7(),
+        "content": item.content,
+        "user_id": item.user_id,
+        "agent_id": item.agent_id,
+        "session_id": item.session_id,
+        "namespace": item.namespace,
+        "category": item.category,
+        "tags": item.tags,
+        "importance": item.importance,
+        "metadata_": item.metadata,
+        "source": item.source,
+        "fact_role": "fact",
+        "summary_of": [],
+        "created_at": item.created_at or now,
+        "updated_at": now,
+        "expires_at": item.expires_at,
+        "archived_at": None,
+        "consolidation_id": None,
+        "embedding": embedding,
+    }
+
+
+def _memory_from_row(row: dict[str, Any]) -> Memory:
+    return Memory.model_validate({k: v for k, v in row.items() if k != "embedding"})
+
+
+class MemoryService:
+    def __init__(self, repository: MemoryRepository, embedder: Embedder) -> None:
+        self.repository = repository
+        self.embedder = embedder
+
+    async def create_many(self, items: Sequence[MemoryCreate]) -> list[Memory]:
+        """Embeds every item in one batched call, then writes them in one statement."""
+        vectors = await self.embedder.embed([item.content for item in items])
+        now = datetime.now(UTC)
+        rows = [_row_for(item, vec, now) for item, vec in zip(items, vectors, strict=True)]
+        await self.repository.insert_many(rows)
+        return [_memory_from_row(row) for row in rows]
+
+    async def get(self, memory_id: uuid.UUID) -> Memory:
+        row = await self.repository.get(memory_id)
+        if row is None:
+            raise NotFound(f"memory {memory_id} does not exist")
+        return Memory.model_validate(row)
+
+    async def list(self, filters: MemoryFilter, *, limit: int, cursor: str | None) -> MemoryPage:
+        after = decode_cursor(cursor) if cursor else None
+        rows = await self.repository.page(filters, limit=limit + 1, after=after)
+        more = len(rows) > limit
+        rows = rows[:limit]
+        next_cursor = encode_cursor(rows[-1].created_at, rows[-1].id) if more else None
+        return MemoryPage(items=[Memory.model_validate(r) for r in rows], next_cursor=next_cursor)
+
+    async def update(self, memory_id: uuid.UUID, change: MemoryUpdate) -> Memory:
+        values = change.model_dump(exclude_unset=True)
+        if not values:
+            raise ValidationFailed.on("body", "name at least one field to change")
+        if "metadata" in values:
+            values["metadata_"] = values.pop("metadata")
+        if "content" in values:
+            # Embedded before the row is touched, so no lock is held while the model runs.
+            (values["embedding"],) = await self.embedder.embed([values["content"]])
+        row = await self.repository.update(memory_id, values)
+        if row is None:
+            raise NotFound(f"memory {memory_id} does not exist")
+        return Memory.model_validate(row)
+
+    async def delete(self, memory_id: uuid.UUID) -> None:
+        if not await self.repository.delete(memory_id):
+            raise NotFound(f"memory {memory_id} does not exist")

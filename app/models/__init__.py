@@ -1,0 +1,9 @@
+"""SQLAlchemy mappings, one module per table; importing this package registers them all."""
+
+from app.models.api_key import ApiKey
+from app.models.base import Base
+from app.models.idempotency import IdempotencyRecord
+from app.models.memory import Memory
+from app.models.tenant import DEFAULT_TENANT_ID, Tenant
+
+__all__ = ["DEFAULT_TENANT_ID", "ApiKey", "Base", "IdempotencyRecord", "Memory", "Tenant"]

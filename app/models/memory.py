@@ -1,0 +1,90 @@
+"""Memories: the facts and summaries agents store, with their embedding and full-text vector."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from pgvector.sqlalchemy import HALFVEC
+from sqlalchemy import (
+    CheckConstraint,
+    Computed,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    String,
+    Text,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR, UUID
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.models.base import Base
+from app.settings import EMBEDDING_DIMENSIONS
+
+TSV_EXPRESSION = "to_tsvector('english'::regconfig, content)"
+
+
+def _scope_index(column: str) -> Index:
+    # Scope filters are equality on one column plus newest-first order: one btree serves
+    # the listing, cursor paging, and exact-distance search over a small scope.
+    return Index(
+        f"ix_memories_tenant_{column}_created",
+        "tenant_id",
+        column,
+        text("created_at DESC"),
+        text("id DESC"),
+        postgresql_where=text(f"{column} IS NOT NULL"),
+    )
+
+
+class Memory(Base):
+    __tablename__ = "memories"
+    __table_args__ = (
+        CheckConstraint("importance >= 0 AND importance <= 1", name="importance_range"),
+        CheckConstraint("fact_role IN ('fact', 'summary')", name="fact_role_valid"),
+        Index("ix_memories_tenant_created", "tenant_id", text("created_at DESC"),
+              text("id DESC")),
+        _scope_index("user_id"),
+        _scope_index("agent_id"),
+        _scope_index("session_id"),
+        _scope_index("namespace"),
+        Index("ix_memories_tags", "tags", postgresql_using="gin"),
+        Index("ix_memories_tsv", "tsv", postgresql_using="gin"),
+        Index(
+            "ix_memories_embedding_hnsw",
+            "embedding",
+            postgresql_using="hnsw",
+            postgresql_with={"m": 16, "ef_construction": 64},
+            postgresql_ops={"embedding": "halfvec_cosine_ops"},
+        ),
+    )
+
+    tenant_id: Mapped[uuid.UUID] = mapped_column(
+        UUID, ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True
+    )
+    id: Mapped[uuid.UUID] = mapped_column(UUID, primary_key=True)
+    content: Mapped[str] = mapped_column(Text)
+    user_id: Mapped[str | None] = mapped_column(String(255))
+    agent_id: Mapped[str | None] = mapped_column(String(255))
+    session_id: Mapped[str | None] = mapped_column(String(255))
+    namespace: Mapped[str | None] = mapped_column(String(255))
+    category: Mapped[str] = mapped_column(String(100), server_default="general")
+    tags: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default="{}")
+    importance: Mapped[float] = mapped_column(Float, server_default="0.5")
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSONB, server_default="{}")
+    source: Mapped[str] = mapped_column(String(64), server_default="api")
+    fact_role: Mapped[str] = mapped_column(String(16), server_default="fact")
+    summary_of: Mapped[list[uuid.UUID]] = mapped_column(ARRAY(UUID), server_default="{}")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True),
+                                                 server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True),
+                                                 server_default=func.now())
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    archived_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    consolidation_id: Mapped[uuid.UUID | None] = mapped_column(UUID)
+    embedding: Mapped[Any] = mapped_column(HALFVEC(EMBEDDING_DIMENSIONS))
+    tsv: Mapped[Any] = mapped_column(TSVECTOR, Computed(TSV_EXPRESSION, persisted=True))

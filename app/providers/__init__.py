@@ -1,0 +1,1 @@
+"""Providers: embedders, the LLM client, and deterministic fakes for tests."""

@@ -1,0 +1,46 @@
+"""The Embedder protocol and the registry that builds one from settings."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from app.settings import EMBEDDING_DIMENSIONS, Settings
+
+Vector = list[float]
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    name: str
+    dimensions: int
+
+    async def embed(self, texts: Sequence[str]) -> list[Vector]:
+        """One vector per text, in order, unit length, `dimensions` wide."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+def build_embedder(settings: Settings) -> Embedder:
+    if settings.embedder == "hash":
+        from app.providers.hash_embedder import HashEmbedder
+
+        return HashEmbedder(EMBEDDING_DIMENSIONS)
+    if settings.embedder == "openai":
+        from app.providers.openai_embedder import OpenAIEmbedder
+
+        return OpenAIEmbedder(
+            base_url=settings.openai_base_url,
+            model=settings.openai_embedding_model,
+            api_key=(
+                settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
+            ),
+            dimensions=EMBEDDING_DIMENSIONS,
+            timeout=settings.openai_timeout_seconds,
+            max_retries=settings.openai_max_retries,
+            batch_size=settings.embedder_batch_size,
+        )
+    from app.providers.local_embedder import LocalEmbedder
+
+    return LocalEmbedder(batch_size=settings.embedder_batch_size, threads=settings.embedder_threads)

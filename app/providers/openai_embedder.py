@@ -1,0 +1,127 @@
+"""An embedder for any OpenAI-compatible `/embeddings` endpoint, over httpx.
+
+Timeouts, 429 and 5xx answers are retried a bounded number of times with backoff;
+what still fails becomes a provider error with a stable code, never a bare 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+
+from app.errors import ProviderError
+from app.providers.embedder import Vector
+
+log = logging.getLogger("engram.embedder")
+
+RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+
+
+class EmbeddingError(ProviderError):
+    code = "embedding_error"
+    title = "Embedding provider failed"
+
+    def __init__(self, detail: str, *, code: str, status: int = 502) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.status = status
+
+
+class OpenAIEmbedder:
+    name = "openai"
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        model: str,
+        api_key: str | None,
+        dimensions: int,
+        timeout: float = 10.0,
+        max_retries: int = 2,
+        batch_size: int = 256,
+        backoff_base: float = 0.25,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.dimensions = dimensions
+        self._model = model
+        self._max_retries = max_retries
+        self._batch_size = batch_size
+        self._backoff_base = backoff_base
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = client or httpx.AsyncClient(
+            base_url=base_url.rstrip("/") + "/", headers=headers, timeout=timeout
+        )
+
+    async def embed(self, texts: Sequence[str]) -> list[Vector]:
+        out: list[Vector] = []
+        for start in range(0, len(texts), self._batch_size):
+            out.extend(await self._embed_chunk(list(texts[start : start + self._batch_size])))
+        return out
+
+    async def _embed_chunk(self, texts: list[str]) -> list[Vector]:
+        payload = {"model": self._model, "input": texts, "dimensions": self.dimensions,
+                   "encoding_format": "float"}
+        attempt = 0
+        while True:
+            try:
+                response = await self._client.post("embeddings", json=payload)
+            except httpx.TimeoutException as exc:
+                error = EmbeddingError(
+                    f"the embeddings API did not answer in time ({exc.__class__.__name__})",
+                    code="embedding_timeout", status=504)
+            except httpx.TransportError as exc:
+                error = EmbeddingError(f"the embeddings API could not be reached: {exc}",
+                                       code="embedding_unavailable", status=503)
+            else:
+                if response.status_code == 200:
+                    return self._parse(response, len(texts))
+                error = EmbeddingError(
+                    f"the embeddings API answered {response.status_code}: "
+                    f"{response.text[:200]}",
+                    code="embedding_upstream_error", status=502)
+                if response.status_code not in RETRYABLE_STATUS:
+                    raise error
+            if attempt >= self._max_retries:
+                raise error
+            delay = self._backoff_base * (2**attempt)
+            log.warning("embeddings call failed (%s), retry %d in %.2fs",
+                        error.code, attempt + 1, delay)
+            await asyncio.sleep(delay)
+            attempt += 1
+
+    def _parse(self, response: httpx.Response, expected: int) -> list[Vector]:
+        try:
+            body: Any = response.json()
+            data = sorted(body["data"], key=lambda item: item["index"])
+            vectors = [[float(x) for x in item["embedding"]] for item in data]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise EmbeddingError(f"the embeddings API answered malformed JSON: {exc!r}",
+                                 code="embedding_bad_response") from exc
+        if len(vectors) != expected:
+            raise EmbeddingError(
+                f"the embeddings API returned {len(vectors)} vectors for {expected} inputs",
+                code="embedding_bad_response")
+        for vec in vectors:
+            if len(vec) != self.dimensions:
+                raise EmbeddingError(
+                    f"the embeddings API returned {len(vec)} dimensions, the schema stores "
+                    f"{self.dimensions}; choose a model that supports `dimensions`",
+                    code="embedding_bad_response")
+        return [_normalise(v) for v in vectors]
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+def _normalise(vec: Vector) -> Vector:
+    norm = math.sqrt(sum(x * x for x in vec))
+    if not math.isfinite(norm) or norm == 0.0:
+        raise EmbeddingError("the embeddings API returned a zero or non-finite vector",
+                             code="embedding_bad_response")
+    return [x / norm for x in vec]

@@ -1,0 +1,1 @@
+"""Service endpoints: liveness, readiness, metrics."""

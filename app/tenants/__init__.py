@@ -1,0 +1,1 @@
+"""Tenants and their API keys: who a caller is."""

@@ -1,0 +1,77 @@
+"""Reusable field types: text PostgreSQL can store, bounded JSON, zone-aware datetimes."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, Field, StringConstraints
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+METADATA_MAX_BYTES = 16384
+RESERVED_METADATA_KEYS = frozenset({"summary_of", "fact_role"})
+
+
+def storable_text(value: str) -> str:
+    """PostgreSQL text cannot hold NUL, and UTF-8 cannot encode a lone surrogate."""
+    if _UNSTORABLE.search(value):
+        raise ValueError("must not contain NUL characters or unpaired surrogates")
+    return value
+
+
+def _check_json_strings(value: Any) -> None:
+    if isinstance(value, str):
+        storable_text(value)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            storable_text(key)
+            _check_json_strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            _check_json_strings(item)
+
+
+def client_metadata(value: dict[str, Any]) -> dict[str, Any]:
+    reserved = sorted(RESERVED_METADATA_KEYS & value.keys())
+    if reserved:
+        raise ValueError(f"reserved keys cannot be set by clients: {', '.join(reserved)}")
+    _check_json_strings(value)
+    size = len(json.dumps(value, ensure_ascii=False).encode())
+    if size > METADATA_MAX_BYTES:
+        raise ValueError(f"must serialise to at most {METADATA_MAX_BYTES} bytes (got {size})")
+    return value
+
+
+def zone_aware(value: datetime) -> datetime:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError("must carry a time zone (RFC 3339, e.g. 2026-01-31T12:00:00Z)")
+    # Stored and answered in UTC, so the create answer equals every later read.
+    return value.astimezone(UTC)
+
+
+def dedupe(values: list[str]) -> list[str]:
+    return list(dict.fromkeys(values))
+
+
+Text = Annotated[str, AfterValidator(storable_text)]
+Content = Annotated[
+    str,
+    StringConstraints(strip_whitespace=True, min_length=1, max_length=32768),
+    AfterValidator(storable_text),
+]
+ScopeId = Annotated[str, StringConstraints(min_length=1, max_length=255),
+                    AfterValidator(storable_text)]
+Category = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100),
+                     AfterValidator(storable_text)]
+Tag = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100),
+                AfterValidator(storable_text)]
+TagList = Annotated[list[Tag], Field(max_length=64), AfterValidator(dedupe)]
+CategoryList = Annotated[list[Category], Field(min_length=1, max_length=64)]
+Metadata = Annotated[dict[str, Any], AfterValidator(client_metadata)]
+Importance = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+AwareDatetime = Annotated[datetime, AfterValidator(zone_aware)]
+Source = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=64),
+                   AfterValidator(storable_text)]

