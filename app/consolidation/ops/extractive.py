@@ -1,0 +1,56 @@
+"""`extractive`: keep only the sentences that carry facts (names, numbers, dates)."""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from app.consolidation.ops.base import OpError
+from app.consolidation.ops.facts import carries_fact, split_sentences
+from app.consolidation.ops.text import LinePacker, normalise_sentence
+from app.consolidation.selectors.base import chronological
+from app.consolidation.types import Entry, OpContext, OpResult
+
+
+@dataclass(frozen=True, slots=True)
+class Extractive:
+    """One bullet per entry, oldest first, made of its fact-bearing sentences.
+
+    Deterministic, no LLM. An entry with no fact-bearing sentence keeps its first
+    sentence, so every folded entry leaves a trace. A sentence already in the summary
+    (same words, case and spacing aside) is not repeated, so near-duplicates collapse;
+    an entry whose sentences are all already there is represented without a bullet of
+    its own. Bullets are packed whole under `max_chars`, as in `concatenate`.
+    """
+
+    max_chars: int = 4000
+
+    @property
+    def requires_llm(self) -> bool:
+        return False
+
+    async def consolidate(
+        self, to_remove: Sequence[Entry], category: str, context: OpContext
+    ) -> OpResult:
+        return extract(to_remove, min(self.max_chars, context.max_summary_chars))
+
+
+def extract(entries: Sequence[Entry], limit: int) -> OpResult:
+    packer = LinePacker(limit)
+    seen: set[str] = set()
+    represented = []
+    for entry in sorted(entries, key=chronological):
+        sentences = split_sentences(entry.content)
+        kept = [s for s in sentences if carries_fact(s)] or sentences[:1]
+        new: dict[str, str] = {}  # normalised -> first spelling, in order
+        for sentence in kept:
+            key = normalise_sentence(sentence)
+            if key not in seen:
+                new.setdefault(key, sentence)
+        if new and not packer.try_add("- " + " ".join(new.values())):
+            continue
+        seen.update(new)
+        represented.append(entry.id)
+    if not represented:
+        raise OpError("op_nothing_fits", f"no entry's facts fit in {limit} characters")
+    if not packer.text():
+        raise OpError("op_nothing_fits", "the entries carry no text")
+    return OpResult(summary=packer.text(), represented_ids=tuple(represented), mode="extractive")

@@ -1,0 +1,82 @@
+"""A deterministic heuristic for "this text carries facts": names, numbers, dates.
+
+A token is a fact token when it has a digit (amounts, times, dates, versions, ids),
+contains "@" (an address), is a relative date word (today, tomorrow, ...), or is
+capitalised. A capitalised first word is only a name when it is not a common sentence
+opener ("The", "We", "After", ...), since every sentence starts with a capital; month
+and weekday names need no rule of their own because they are capitalised.
+
+The heuristic leans towards "fact": extractive summaries then keep a sentence too many
+rather than drop one that mattered.
+"""
+
+import re
+
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|\n+")
+_DIGIT_OR_AT = re.compile(r"[\d@]")
+_TOKEN = re.compile(r"\w+(?:['\u2019.:@/-]\w+)*")
+
+_RELATIVE_DATES = frozenset(
+    {"today", "tomorrow", "yesterday", "tonight", "weekend", "midnight", "noon"}
+)
+
+# Words that begin sentences without naming anything. Lower case.
+# fmt: off
+_OPENERS = frozenset(
+    {
+        "a", "an", "the", "this", "that", "these", "those", "there", "here", "it", "its",
+        "i", "i'm", "i've", "i'd", "i'll", "me", "my", "mine", "we", "we're", "we've", "our",
+        "us", "you", "you're", "your", "he", "he's", "his", "him", "she", "she's", "her",
+        "they", "they're", "their", "them", "one", "some", "any", "all", "each", "every",
+        "no", "not", "none", "nothing", "something", "everything", "someone", "and", "but",
+        "or", "so", "yet", "if", "when", "while", "whenever", "after", "before", "because",
+        "since", "although", "though", "as", "at", "by", "for", "from", "in", "into", "of",
+        "on", "onto", "to", "with", "without", "about", "over", "under", "also", "then",
+        "now", "just", "still", "maybe", "perhaps", "please", "yes", "ok", "okay", "well",
+        "what", "which", "who", "whom", "whose", "how", "why", "where", "let", "lets",
+        "let's", "do", "does", "did", "is", "are", "was", "were", "be", "been", "being",
+        "have", "has", "had", "can", "could", "will", "would", "should", "shall", "may",
+        "might", "must", "user", "assistant", "agent",
+    }
+)
+# fmt: on
+_PRONOUN_I = frozenset({"I", "I'm", "I've", "I'd", "I'll", "OK"})
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences and lines of `text`, stripped; a decimal point is not a break."""
+    return [s.strip() for s in _SENTENCE_BREAK.split(text) if s.strip()]
+
+
+def fact_tokens(sentence: str) -> tuple[int, int]:
+    """(fact tokens, all tokens) of one sentence."""
+    tokens = _TOKEN.findall(sentence)
+    facts = sum(1 for i, token in enumerate(tokens) if _is_fact_token(token, i == 0))
+    return facts, len(tokens)
+
+
+def carries_fact(sentence: str) -> bool:
+    if _DIGIT_OR_AT.search(sentence):
+        return True  # the common case, without tokenising
+    return any(_is_fact_token(token, i == 0) for i, token in enumerate(_TOKEN.findall(sentence)))
+
+
+def _is_fact_token(token: str, first: bool) -> bool:
+    if _DIGIT_OR_AT.search(token):
+        return True
+    if not token[0].isupper():
+        return token in _RELATIVE_DATES
+    token = token.replace("\u2019", "'")  # typographic apostrophes, as in "We\u2019re"
+    if token in _PRONOUN_I:
+        return False
+    return not (first and token.casefold() in _OPENERS)
+
+
+def fact_density(text: str) -> float:
+    """Fact tokens per token over the whole text; 0 for a text with no tokens."""
+    facts = total = 0
+    for sentence in split_sentences(text):
+        f, t = fact_tokens(sentence)
+        facts += f
+        total += t
+    return facts / total if total else 0.0

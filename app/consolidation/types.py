@@ -1,0 +1,60 @@
+"""The values the consolidation engine passes around: entries in, groups, op results."""
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from app.providers.llm import LLMClient
+
+MEMORY_CONTENT_MAX_CHARS = 32768
+"""A summary becomes a memory, so it can never be longer than a memory's content."""
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One candidate memory, as much of it as selectors and ops need."""
+
+    id: uuid.UUID
+    content: str
+    category: str
+    importance: float | None
+    created_at: datetime
+    embedding: tuple[float, ...] | None = None
+    tags: tuple[str, ...] = ()
+    fact_role: str = "fact"
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """Entries a selector put together: `kept` stays as it is, `to_remove` is folded.
+
+    `kept` is None for a selector that folds a whole group.
+    """
+
+    category: str
+    kept: Entry | None
+    to_remove: tuple[Entry, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OpResult:
+    """One summary text and the ids of the entries it really represents.
+
+    Only `represented_ids` may be removed: an op that could use part of a group (a size
+    cap) leaves the rest for the next run. `mode` names what produced the text, for
+    example "concatenate", "fallback:concatenate" or "dense:extractive"; `detail`
+    says why, when there is something to say (the LLM error code behind a fallback).
+    """
+
+    summary: str
+    represented_ids: tuple[uuid.UUID, ...]
+    mode: str | None
+    detail: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OpContext:
+    """What ops may use besides the group: the LLM, if one is configured, and limits."""
+
+    llm: LLMClient | None = None
+    max_summary_chars: int = MEMORY_CONTENT_MAX_CHARS

@@ -1,0 +1,1 @@
+"""Real fake implementations tests share (servers, clients)."""

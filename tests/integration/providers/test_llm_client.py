@@ -1,0 +1,232 @@
+"""The chat-completions client and the llm_synthesis fallback against a real HTTP server
+on 127.0.0.1 that answers, fails, throttles, hangs and talks garbage on cue."""
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from app.consolidation.ops import LLMSynthesis
+from app.consolidation.types import Entry, OpContext
+from app.providers.llm import ChatCompletionsClient, LLMError
+from tests.fakes.llm_server import (
+    Deterministic,
+    Fail,
+    FakeLLMServer,
+    Garbage,
+    Hang,
+    NoChoices,
+    Reply,
+    fake_answer,
+)
+
+TIMEOUT = 0.5
+
+
+@pytest.fixture
+def server() -> Iterator[FakeLLMServer]:
+    with FakeLLMServer() as running:
+        yield running
+
+
+@pytest.fixture
+async def client(server: FakeLLMServer) -> AsyncIterator[ChatCompletionsClient]:
+    async with ChatCompletionsClient(
+        base_url=server.base_url + "/",
+        model="fake-model",
+        api_key="sk-test",
+        timeout=TIMEOUT,
+        max_retries=2,
+        backoff_base=0.01,
+    ) as llm:
+        yield llm
+
+
+async def test_answers_and_sends_an_openai_shaped_request(
+    server: FakeLLMServer, client: ChatCompletionsClient
+) -> None:
+    answer = await client.complete("be brief", "Header\n\n- one\n- two")
+
+    assert answer == "Summary: one two" == fake_answer("be brief", "Header\n\n- one\n- two")
+    [request] = server.requests
+    assert request.path == "/v1/chat/completions"
+    assert request.authorization == "Bearer sk-test"
+    assert request.body == {
+        "model": "fake-model",
+        "messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "Header\n\n- one\n- two"},
+        ],
+        "temperature": 0.0,
+    }
+
+
+async def test_an_empty_answer_is_returned_as_empty_text(
+    server: FakeLLMServer, client: ChatCompletionsClient
+) -> None:
+    server.script(Reply(""))
+
+    assert await client.complete("s", "u") == ""
+
+
+async def test_retries_a_429_then_succeeds(
+    server: FakeLLMServer, client: ChatCompletionsClient
+) -> None:
+    server.script(Fail(429, retry_after=0.05), Reply("ok"))
+
+    started = time.monotonic()
+    assert await client.complete("s", "u") == "ok"
+
+    assert len(server.requests) == 2
+    assert time.monotonic() - started >= 0.05  # Retry-After was honoured
+
+
+async def test_retries_5xx_then_succeeds(
+    server: FakeLLMServer, client: ChatCompletionsClient
+) -> None:
+    server.script(Fail(503), Fail(500), Reply("ok"))
+
+    assert await client.complete("s", "u") == "ok"
+    assert len(server.requests) == 3
+
+
+async def test_a_lasting_500_fails_after_bounded_retries(
+    server: FakeLLMServer, client: ChatCompletionsClient
+) -> None:
+    server.default = Fail(500)
+
+    with pytest.raises(LLMError) as caught:
+        await client.complete("s", "u")
+
+    assert (caught.value.code, caught.value.http_status) == ("llm_http_error", 500)
+    assert len(server.requests) == 3  # one try and two retries
+    assert "sk-test" not in str(caught.value)
+
+
+async def test_a_client_error_is_not_retried(
+    server: FakeLLMServer, client: ChatCompletionsClient
+) -> None:
+    server.script(Fail(401))
+
+    with pytest.raises(LLMError) as caught:
+        await client.complete("s", "u")
+
+    assert (caught.value.code, caught.value.http_status) == ("llm_http_error", 401)
+    assert len(server.requests) == 1
+
+
+async def test_a_hanging_server_times_out(
+    server: FakeLLMServer, client: ChatCompletionsClient
+) -> None:
+    server.default = Hang(seconds=5)
+
+    started = time.monotonic()
+    with pytest.raises(LLMError) as caught:
+        await client.complete("s", "u")
+
+    assert caught.value.code == "llm_timeout"
+    assert caught.value.status == 504
+    assert len(server.requests) == 3
+    assert time.monotonic() - started < 3 * TIMEOUT + 1
+
+
+async def test_a_timeout_then_an_answer_succeeds(
+    server: FakeLLMServer, client: ChatCompletionsClient
+) -> None:
+    server.script(Hang(seconds=5))
+
+    assert await client.complete("s", "u") == "Summary: u"
+
+
+@pytest.mark.parametrize("behaviour", [Garbage(), Garbage('["a list"]'), NoChoices()])
+async def test_garbage_is_a_bad_response_and_is_not_retried(
+    server: FakeLLMServer, client: ChatCompletionsClient, behaviour: Garbage | NoChoices
+) -> None:
+    server.script(behaviour)
+
+    with pytest.raises(LLMError) as caught:
+        await client.complete("s", "u")
+
+    assert caught.value.code == "llm_bad_response"
+    assert len(server.requests) == 1
+
+
+async def test_an_unreachable_server_is_a_connection_error() -> None:
+    with FakeLLMServer() as gone:
+        base_url = gone.base_url
+    async with ChatCompletionsClient(
+        base_url=base_url, model="m", timeout=TIMEOUT, max_retries=1, backoff_base=0.01
+    ) as llm:
+        with pytest.raises(LLMError) as caught:
+            await llm.complete("s", "u")
+
+    assert (caught.value.code, caught.value.status) == ("llm_connection_error", 503)
+
+
+async def test_concurrent_calls_overlap(server: FakeLLMServer) -> None:
+    server.default = Deterministic(delay=0.2)
+    async with ChatCompletionsClient(base_url=server.base_url, model="m", timeout=2) as llm:
+        started = time.monotonic()
+        answers = await asyncio.gather(*(llm.complete("s", f"h\n\n{n}") for n in range(8)))
+
+    assert answers == [f"Summary: {n}" for n in range(8)]
+    assert time.monotonic() - started < 1.0  # one after another would take 1.6 s
+
+
+# llm_synthesis over the real client ------------------------------------------------------
+
+T0 = datetime(2024, 1, 1, tzinfo=UTC)
+GROUP = [
+    Entry(uuid.UUID(int=n), text, "trips", 0.5, T0 + timedelta(minutes=n))
+    for n, text in [(1, "Alice flies to Lisbon on 12 June."), (2, "The flight is TP 1234.")]
+]
+CONCATENATED = "- Alice flies to Lisbon on 12 June.\n- The flight is TP 1234."
+
+
+async def test_llm_synthesis_golden_over_http(
+    server: FakeLLMServer, client: ChatCompletionsClient
+) -> None:
+    result = await LLMSynthesis().consolidate(GROUP, "trips", OpContext(llm=client))
+
+    assert result.summary == "Summary: Alice flies to Lisbon on 12 June. The flight is TP 1234."
+    assert result.represented_ids == (uuid.UUID(int=1), uuid.UUID(int=2))
+    assert (result.mode, result.detail) == ("llm_synthesis", None)
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "reason"),
+    [
+        (Fail(500), "llm_http_error"),
+        (Hang(seconds=5), "llm_timeout"),
+        (Reply(""), "llm_empty_answer"),
+        (Reply("  \n "), "llm_empty_answer"),
+        (Garbage(), "llm_bad_response"),
+        (NoChoices(), "llm_bad_response"),
+    ],
+)
+async def test_llm_synthesis_falls_back_to_concatenate_over_http(
+    server: FakeLLMServer,
+    client: ChatCompletionsClient,
+    behaviour: Fail | Hang | Reply | Garbage | NoChoices,
+    reason: str,
+) -> None:
+    server.default = behaviour
+
+    result = await LLMSynthesis().consolidate(GROUP, "trips", OpContext(llm=client))
+
+    assert result.summary == CONCATENATED
+    assert result.represented_ids == (uuid.UUID(int=1), uuid.UUID(int=2))
+    assert (result.mode, result.detail) == ("fallback:concatenate", reason)
+
+
+async def test_llm_synthesis_succeeds_after_a_throttled_first_try(
+    server: FakeLLMServer, client: ChatCompletionsClient
+) -> None:
+    server.script(Fail(429), Reply("Alice: Lisbon, 12 June, TP 1234."))
+
+    result = await LLMSynthesis().consolidate(GROUP, "trips", OpContext(llm=client))
+
+    assert (result.summary, result.mode) == ("Alice: Lisbon, 12 June, TP 1234.", "llm_synthesis")
