@@ -1,0 +1,35 @@
+# Engram service image. Compose runs it against PostgreSQL + pgvector; without
+# ENGRAM_DATABASE_URL it would start the embedded PostgreSQL under /data instead.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    HF_HUB_OFFLINE=1 \
+    TRANSFORMERS_OFFLINE=1 \
+    ENGRAM_HOST=0.0.0.0 \
+    ENGRAM_PORT=8080 \
+    ENGRAM_DATA_DIR=/data \
+    ENGRAM_AUTH_ENABLED=true
+
+WORKDIR /srv/engram
+
+# The CPU build of torch from PyTorch's own index: PyPI's default wheel is the CUDA one.
+RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
+
+COPY pyproject.toml README.md ./
+COPY app ./app
+RUN pip install .
+
+COPY alembic.ini ./
+COPY migrations ./migrations
+
+RUN useradd --create-home --uid 10001 engram && mkdir -p /data && chown engram /data
+USER engram
+VOLUME ["/data"]
+EXPOSE 8080
+
+HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
+    CMD python -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:8080/readyz', timeout=2)" || exit 1
+
+CMD ["python", "-m", "app", "serve"]

@@ -1,0 +1,47 @@
+# Engram: `make run` serves on the embedded default, `make test` runs the whole suite.
+# Both create .venv and install everything on first use; nothing is installed by hand.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.DEFAULT_GOAL := help
+.PHONY: help install run test lint migrate revision bench clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# The CPU build first: an unpinned torch would pull a multi-GB CUDA build.
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP) ## create .venv and install Engram with its dev tools
+
+run: $(STAMP) ## start the service (embedded PostgreSQL unless ENGRAM_DATABASE_URL is set)
+	$(BIN)/python -m app serve
+
+test: $(STAMP) ## run the whole test suite against a throwaway embedded PostgreSQL
+	$(BIN)/python -m pytest
+
+lint: $(STAMP) ## ruff and mypy --strict
+	$(BIN)/ruff check app tests bench
+	$(BIN)/mypy
+
+migrate: $(STAMP) ## upgrade the schema to head and exit
+	$(BIN)/python -m app migrate
+
+revision: $(STAMP) ## new migration: make revision m="what it does"
+	$(BIN)/alembic revision -m "$(m)"
+
+bench: $(STAMP) ## run the benchmarks (prints numbers; takes minutes)
+	$(BIN)/python bench/ingest.py
+
+clean: ## remove the virtualenv (keeps .engram data)
+	rm -rf $(VENV)
