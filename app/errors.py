@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 log = logging.getLogger("engram.errors")
 
@@ -114,9 +115,27 @@ def validation_errors(raw: Sequence[Any]) -> list[FieldError]:
     out = []
     for err in raw:
         msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-        out.append(FieldError(field=_field_path(err.get("loc", ())), message=msg))
+        loc = err.get("loc", ())
+        if err.get("type") == "json_invalid":
+            # FastAPI puts the character offset where the field would be.
+            position = loc[1] if len(loc) > 1 else "?"
+            out.append(FieldError(field="body", message=f"{msg} at character {position}"))
+            continue
+        out.append(FieldError(field=_field_path(loc), message=msg))
     return out
 
+
+def _allowed_methods(request: Request) -> str | None:
+    """Every method the path answers to: Starlette names only the first matching route's."""
+    allowed = [
+        method for method in _METHODS
+        if any(route.matches({**request.scope, "method": method})[0] is Match.FULL
+               for route in request.app.router.routes)
+    ]
+    return ", ".join(allowed) or None
+
+
+_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 
 _STATUS_TITLES = {
     400: ("bad_request", "Bad request"),
@@ -149,12 +168,15 @@ def install_error_handlers(app: FastAPI) -> None:
         return problem_response(422, "validation_error", "Validation error", detail, errors)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code, title = _STATUS_TITLES.get(exc.status_code, ("http_error", "HTTP error"))
         detail = exc.detail if isinstance(exc.detail, str) else title
-        return problem_response(
-            exc.status_code, code, title, detail, headers=dict(exc.headers or {}) or None
-        )
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            allowed = _allowed_methods(request)
+            if allowed:
+                headers["Allow"] = allowed
+        return problem_response(exc.status_code, code, title, detail, headers=headers or None)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -12,6 +12,7 @@ from pydantic import AfterValidator, Field, StringConstraints
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 METADATA_MAX_BYTES = 16384
+METADATA_MAX_DEPTH = 32
 RESERVED_METADATA_KEYS = frozenset({"summary_of", "fact_role"})
 
 
@@ -22,24 +23,31 @@ def storable_text(value: str) -> str:
     return value
 
 
-def _check_json_strings(value: Any) -> None:
+def _check_json_values(value: Any, depth: int = 0) -> None:
+    if depth > METADATA_MAX_DEPTH:
+        raise ValueError(f"must nest at most {METADATA_MAX_DEPTH} levels deep")
     if isinstance(value, str):
         storable_text(value)
     elif isinstance(value, dict):
         for key, item in value.items():
             storable_text(key)
-            _check_json_strings(item)
+            _check_json_values(item, depth + 1)
     elif isinstance(value, list):
         for item in value:
-            _check_json_strings(item)
+            _check_json_values(item, depth + 1)
 
 
 def client_metadata(value: dict[str, Any]) -> dict[str, Any]:
     reserved = sorted(RESERVED_METADATA_KEYS & value.keys())
     if reserved:
         raise ValueError(f"reserved keys cannot be set by clients: {', '.join(reserved)}")
-    _check_json_strings(value)
-    size = len(json.dumps(value, ensure_ascii=False).encode())
+    _check_json_values(value)
+    try:
+        encoded = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        # Python's parser accepts NaN and Infinity; JSON (and jsonb) do not.
+        raise ValueError("numbers must be finite (no NaN or Infinity)") from None
+    size = len(encoded.encode())
     if size > METADATA_MAX_BYTES:
         raise ValueError(f"must serialise to at most {METADATA_MAX_BYTES} bytes (got {size})")
     return value
@@ -49,7 +57,10 @@ def zone_aware(value: datetime) -> datetime:
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError("must carry a time zone (RFC 3339, e.g. 2026-01-31T12:00:00Z)")
     # Stored and answered in UTC, so the create answer equals every later read.
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("is outside the representable range once converted to UTC") from None
 
 
 def dedupe(values: list[str]) -> list[str]:

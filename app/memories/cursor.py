@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 
 from app.errors import ValidationFailed
 
@@ -22,6 +22,6 @@ def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
         created_at = datetime.fromisoformat(created_raw)
         if created_at.tzinfo is None:
             raise ValueError("naive timestamp")
-        return created_at, uuid.UUID(id_raw)
-    except (ValueError, TypeError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValidationFailed.on("cursor", "is not a cursor this service issued") from exc
+        return created_at.astimezone(UTC), uuid.UUID(id_raw)
+    except (ValueError, TypeError, OverflowError, UnicodeDecodeError) as exc:
+        raise ValidationFailed.on("query.cursor", "is not a cursor this service issued") from exc

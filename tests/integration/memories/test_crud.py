@@ -21,7 +21,8 @@ async def test_create_returns_the_stored_memory_with_defaults(client: httpx.Asyn
     assert body["source"] == "api"
     assert body["fact_role"] == "fact"
     assert body["summary_of"] == []
-    assert body["expires_at"] is None and body["archived_at"] is None
+    assert body["expires_at"] is None
+    assert body["archived_at"] is None
     assert body["created_at"] == body["updated_at"]
     assert body["created_at"].endswith("Z") or "+" in body["created_at"]
     got = await client.get(f"/v1/memories/{body['id']}")
@@ -59,8 +60,9 @@ async def test_batch_create_keeps_input_order(client: httpx.AsyncClient) -> None
 
 
 async def test_update_changes_fields_and_reembeds(client: httpx.AsyncClient) -> None:
-    created = (await client.post("/v1/memories", json={"content": "old text",
-                                                        "expires_at": "2031-01-01T00:00:00Z"})).json()
+    created = (await client.post(
+        "/v1/memories", json={"content": "old text", "expires_at": "2031-01-01T00:00:00Z"}
+    )).json()
     resp = await client.patch(f"/v1/memories/{created['id']}", json={
         "content": "new text", "tags": ["x"], "importance": 0.2, "metadata": {"k": "v"},
         "category": "notes",

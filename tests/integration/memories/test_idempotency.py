@@ -1,0 +1,244 @@
+"""Idempotency-Key on create and batch create: one write per key, the first answer replayed."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import httpx
+from sqlalchemy import text
+
+from app.resources import Resources
+from tests.conftest import TenantKey, make_client
+
+PROBLEM_JSON = "application/problem+json"
+REPLAYED = "idempotent-replayed"
+
+
+def new_key() -> str:
+    return f"key-{uuid.uuid4()}"
+
+
+async def count_rows(resources: Resources, tenant_id: uuid.UUID) -> int:
+    async with resources.engine.connect() as conn:
+        count = await conn.scalar(
+            text("SELECT count(*) FROM memories WHERE tenant_id = :t"), {"t": tenant_id}
+        )
+    return int(count)
+
+
+async def count_keys(resources: Resources, tenant_id: uuid.UUID) -> int:
+    async with resources.engine.connect() as conn:
+        count = await conn.scalar(
+            text("SELECT count(*) FROM idempotency_keys WHERE tenant_id = :t"), {"t": tenant_id}
+        )
+    return int(count)
+
+
+def assert_conflict(resp: httpx.Response) -> None:
+    assert resp.status_code == 409, resp.text
+    assert resp.headers["content-type"] == PROBLEM_JSON
+    body = resp.json()
+    assert body["status"] == 409
+    assert body["type"].endswith("/conflict")
+    assert "Idempotency-Key" in body["detail"]
+    assert "Traceback" not in resp.text
+
+
+async def test_retry_with_same_key_and_body_replays_the_first_answer_and_writes_once(
+    resources: Resources, client: httpx.AsyncClient, tenant: TenantKey
+) -> None:
+    headers = {"Idempotency-Key": new_key()}
+    payload = {"content": "Carol prefers window seats.", "user_id": "carol",
+               "tags": ["travel"], "importance": 0.8, "metadata": {"n": 1, "f": 0.1}}
+    first = await client.post("/v1/memories", json=payload, headers=headers)
+    second = await client.post("/v1/memories", json=payload, headers=headers)
+    third = await client.post("/v1/memories", json=payload, headers=headers)
+
+    assert first.status_code == 201
+    assert REPLAYED not in first.headers
+    for retry in (second, third):
+        assert retry.status_code == 201
+        assert retry.headers[REPLAYED] == "true"
+        assert retry.headers["content-type"] == "application/json"
+        assert retry.json() == first.json()
+    assert await count_rows(resources, tenant.tenant_id) == 1
+    assert await count_keys(resources, tenant.tenant_id) == 1
+    got = await client.get(f"/v1/memories/{first.json()['id']}")
+    assert got.json() == first.json()
+
+
+async def test_same_key_with_a_different_body_is_409_and_keeps_the_original(
+    resources: Resources, client: httpx.AsyncClient, tenant: TenantKey
+) -> None:
+    headers = {"Idempotency-Key": new_key()}
+    first = await client.post("/v1/memories", json={"content": "original"}, headers=headers)
+    assert first.status_code == 201
+
+    for changed in ({"content": "different"},
+                    {"content": "original", "importance": 0.9},
+                    {"content": "original", "tags": ["x"]}):
+        assert_conflict(await client.post("/v1/memories", json=changed, headers=headers))
+
+    # The conflict did not disturb the stored answer: the original body still replays.
+    retry = await client.post("/v1/memories", json={"content": "original"}, headers=headers)
+    assert retry.status_code == 201
+    assert retry.json() == first.json()
+    assert retry.headers[REPLAYED] == "true"
+    assert await count_rows(resources, tenant.tenant_id) == 1
+
+
+async def test_same_key_on_create_then_batch_create_is_409(
+    resources: Resources, client: httpx.AsyncClient, tenant: TenantKey
+) -> None:
+    headers = {"Idempotency-Key": new_key()}
+    single = await client.post("/v1/memories", json={"content": "x"}, headers=headers)
+    assert single.status_code == 201
+    batch = await client.post("/v1/memories/batch", json={"items": [{"content": "x"}]},
+                              headers=headers)
+    assert_conflict(batch)
+    assert await count_rows(resources, tenant.tenant_id) == 1
+
+
+async def test_same_key_on_batch_create_then_create_is_409(
+    resources: Resources, client: httpx.AsyncClient, tenant: TenantKey
+) -> None:
+    headers = {"Idempotency-Key": new_key()}
+    batch = await client.post("/v1/memories/batch", json={"items": [{"content": "x"}]},
+                              headers=headers)
+    assert batch.status_code == 201
+    single = await client.post("/v1/memories", json={"content": "x"}, headers=headers)
+    assert_conflict(single)
+    assert await count_rows(resources, tenant.tenant_id) == 1
+
+
+async def test_batch_retry_with_same_key_returns_identical_items_and_writes_once(
+    resources: Resources, client: httpx.AsyncClient, tenant: TenantKey
+) -> None:
+    headers = {"Idempotency-Key": new_key()}
+    payload = {"items": [{"content": f"batch item {i}", "tags": [f"t{i}"]} for i in range(7)]}
+    first = await client.post("/v1/memories/batch", json=payload, headers=headers)
+    retry = await client.post("/v1/memories/batch", json=payload, headers=headers)
+    assert first.status_code == retry.status_code == 201
+    assert REPLAYED not in first.headers
+    assert retry.headers[REPLAYED] == "true"
+    assert retry.json() == first.json()
+    assert [m["content"] for m in retry.json()["items"]] == [f"batch item {i}" for i in range(7)]
+    assert await count_rows(resources, tenant.tenant_id) == 7
+
+    reordered = {"items": list(reversed(payload["items"]))}
+    assert_conflict(await client.post("/v1/memories/batch", json=reordered, headers=headers))
+    assert await count_rows(resources, tenant.tenant_id) == 7
+
+
+async def test_concurrent_duplicates_all_get_the_first_answer_and_one_row_is_written(
+    resources: Resources, tenant: TenantKey
+) -> None:
+    headers = {**tenant.headers, "Idempotency-Key": new_key()}
+    payload = {"content": "written once, however many race", "user_id": "racer"}
+    clients = [make_client(resources, headers) for _ in range(5)]
+    try:
+        responses = await asyncio.gather(
+            *(c.post("/v1/memories", json=payload) for c in clients)
+        )
+    finally:
+        await asyncio.gather(*(c.aclose() for c in clients))
+
+    assert [r.status_code for r in responses] == [201] * 5, [r.text for r in responses]
+    assert len({r.json()["id"] for r in responses}) == 1
+    assert all(r.json() == responses[0].json() for r in responses)
+    assert sorted(r.headers.get(REPLAYED, "false") for r in responses) == (
+        ["false"] + ["true"] * 4
+    )
+    assert await count_rows(resources, tenant.tenant_id) == 1
+
+
+async def test_concurrent_duplicate_batches_write_the_batch_once(
+    resources: Resources, tenant: TenantKey
+) -> None:
+    headers = {**tenant.headers, "Idempotency-Key": new_key()}
+    payload = {"items": [{"content": f"racing batch item {i}"} for i in range(20)]}
+    clients = [make_client(resources, headers) for _ in range(5)]
+    try:
+        responses = await asyncio.gather(
+            *(c.post("/v1/memories/batch", json=payload) for c in clients)
+        )
+    finally:
+        await asyncio.gather(*(c.aclose() for c in clients))
+
+    assert [r.status_code for r in responses] == [201] * 5
+    assert all(r.json() == responses[0].json() for r in responses)
+    assert await count_rows(resources, tenant.tenant_id) == 20
+
+
+async def test_a_failed_request_does_not_consume_the_key(
+    resources: Resources, client: httpx.AsyncClient, tenant: TenantKey
+) -> None:
+    headers = {"Idempotency-Key": new_key()}
+    bad = await client.post("/v1/memories", json={"content": "   "}, headers=headers)
+    assert bad.status_code == 422
+    bad_batch = await client.post("/v1/memories/batch", json={"items": []}, headers=headers)
+    assert bad_batch.status_code == 422
+    assert await count_keys(resources, tenant.tenant_id) == 0
+
+    good = await client.post("/v1/memories", json={"content": "valid now"}, headers=headers)
+    assert good.status_code == 201, good.text
+    assert REPLAYED not in good.headers
+    assert good.json()["content"] == "valid now"
+    retry = await client.post("/v1/memories", json={"content": "valid now"}, headers=headers)
+    assert retry.headers[REPLAYED] == "true"
+    assert retry.json() == good.json()
+    assert await count_rows(resources, tenant.tenant_id) == 1
+
+
+async def test_a_conflicting_request_does_not_replace_the_stored_request(
+    resources: Resources, client: httpx.AsyncClient, tenant: TenantKey
+) -> None:
+    headers = {"Idempotency-Key": new_key()}
+    first = await client.post("/v1/memories", json={"content": "A"}, headers=headers)
+    assert_conflict(await client.post("/v1/memories", json={"content": "B"}, headers=headers))
+    # Still conflicting with B, still replaying A: the 409 did not re-bind the key.
+    assert_conflict(await client.post("/v1/memories", json={"content": "B"}, headers=headers))
+    replay = await client.post("/v1/memories", json={"content": "A"}, headers=headers)
+    assert replay.json() == first.json()
+    assert await count_rows(resources, tenant.tenant_id) == 1
+
+
+async def test_json_key_order_and_whitespace_do_not_change_the_body(
+    resources: Resources, client: httpx.AsyncClient, tenant: TenantKey
+) -> None:
+    headers = {"Idempotency-Key": new_key(), "content-type": "application/json"}
+    compact = (b'{"content":"ordered","tags":["x","y"],"importance":0.25,'
+               b'"metadata":{"b":1,"a":{"d":2,"c":3}}}')
+    spread = (b'{\n  "metadata" : { "a" : { "c" : 3 , "d" : 2 } , "b" : 1 } ,\n'
+              b'  "importance" : 0.25 ,\t"tags" : [ "x" , "y" ] ,\r\n  "content" : "ordered"\n}')
+    first = await client.post("/v1/memories", content=compact, headers=headers)
+    second = await client.post("/v1/memories", content=spread, headers=headers)
+    assert first.status_code == second.status_code == 201
+    assert second.headers[REPLAYED] == "true"
+    assert second.json() == first.json()
+    assert await count_rows(resources, tenant.tenant_id) == 1
+
+
+async def test_requests_without_a_key_are_not_deduplicated(
+    resources: Resources, client: httpx.AsyncClient, tenant: TenantKey
+) -> None:
+    first = await client.post("/v1/memories", json={"content": "same"})
+    second = await client.post("/v1/memories", json={"content": "same"})
+    assert first.status_code == second.status_code == 201
+    assert first.json()["id"] != second.json()["id"]
+    assert REPLAYED not in second.headers
+    assert await count_rows(resources, tenant.tenant_id) == 2
+    assert await count_keys(resources, tenant.tenant_id) == 0
+
+
+async def test_different_keys_with_the_same_body_create_separate_memories(
+    resources: Resources, client: httpx.AsyncClient, tenant: TenantKey
+) -> None:
+    a = await client.post("/v1/memories", json={"content": "same"},
+                          headers={"Idempotency-Key": new_key()})
+    b = await client.post("/v1/memories", json={"content": "same"},
+                          headers={"Idempotency-Key": new_key()})
+    assert a.status_code == b.status_code == 201
+    assert a.json()["id"] != b.json()["id"]
+    assert await count_rows(resources, tenant.tenant_id) == 2

@@ -1,0 +1,479 @@
+"""Every refused input answers 422 problem+json naming the bad field, and writes nothing."""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+
+PROBLEM_JSON = "application/problem+json"
+
+
+def assert_validation_problem(resp: httpx.Response, field: str) -> dict[str, Any]:
+    """A 422 problem+json whose `errors` names `field`."""
+    assert resp.status_code == 422, resp.text
+    assert resp.headers["content-type"] == PROBLEM_JSON
+    assert "Traceback" not in resp.text
+    body = resp.json()
+    assert body["status"] == 422
+    assert body["title"] == "Validation error"
+    assert body["type"].endswith("/validation_error")
+    assert isinstance(body["detail"], str)
+    assert body["detail"]
+    assert isinstance(body["errors"], list)
+    assert body["errors"]
+    for error in body["errors"]:
+        assert set(error) == {"field", "message"}, error
+        assert isinstance(error["field"], str)
+        assert error["field"]
+        assert isinstance(error["message"], str)
+        assert error["message"]
+    fields = [error["field"] for error in body["errors"]]
+    assert field in fields, fields
+    return body
+
+
+async def assert_nothing_written(client: httpx.AsyncClient) -> None:
+    listed = await client.get("/v1/memories", params={"include_archived": "true"})
+    assert listed.status_code == 200
+    assert listed.json() == {"items": [], "next_cursor": None}
+
+
+async def create(client: httpx.AsyncClient, **fields: Any) -> dict[str, Any]:
+    resp = await client.post("/v1/memories", json={"content": "a valid memory", **fields})
+    assert resp.status_code == 201, resp.text
+    return resp.json()
+
+
+def raw_json(text: str) -> dict[str, Any]:
+    """Keyword arguments posting `text` verbatim as a JSON body."""
+    return {"content": text.encode(), "headers": {"content-type": "application/json"}}
+
+
+def forged_cursor(created_at: str, memory_id: str) -> str:
+    raw = json.dumps([created_at, memory_id], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+# --- create: one bad field each -------------------------------------------------------------
+
+BAD_CREATE_BODIES = [
+    pytest.param({"content": ""}, "content", id="empty-content"),
+    pytest.param({"content": "   \n\t  "}, "content", id="whitespace-only-content"),
+    pytest.param({"content": "x" * 32769}, "content", id="content-over-32768"),
+    pytest.param({"content": "a\x00b"}, "content", id="nul-in-content"),
+    pytest.param({}, "content", id="content-missing"),
+    pytest.param({"content": "x", "metadata": {"k": "a\x00b"}}, "metadata",
+                 id="nul-in-metadata-value"),
+    pytest.param({"content": "x", "metadata": {"k\x00": "v"}}, "metadata",
+                 id="nul-in-metadata-key"),
+    pytest.param({"content": "x", "metadata": {"k": {"deep": ["ok", "x\x00"]}}}, "metadata",
+                 id="nul-in-nested-metadata-value"),
+    pytest.param({"content": "x", "importance": -0.01}, "importance", id="importance-below-0"),
+    pytest.param({"content": "x", "importance": 1.01}, "importance", id="importance-above-1"),
+    pytest.param({"content": "x", "importance": "NaN"}, "importance", id="importance-NaN-string"),
+    pytest.param({"content": "x", "importance": "nan"}, "importance", id="importance-nan-string"),
+    pytest.param({"content": "x", "importance": "Infinity"}, "importance",
+                 id="importance-Infinity-string"),
+    pytest.param({"content": "x", "importance": "-inf"}, "importance",
+                 id="importance-minus-inf-string"),
+    pytest.param({"content": "x", "metadata": {"summary_of": []}}, "metadata",
+                 id="reserved-metadata-summary_of"),
+    pytest.param({"content": "x", "metadata": {"fact_role": "fact"}}, "metadata",
+                 id="reserved-metadata-fact_role"),
+    pytest.param({"content": "x", "metadata": {"blob": "x" * 16400}}, "metadata",
+                 id="metadata-over-16KiB"),
+    pytest.param({"content": "x", "metadata": {"blob": "\u00e9" * 9000}}, "metadata",
+                 id="metadata-over-16KiB-in-utf8-bytes"),
+    pytest.param({"content": "x", "fact_role": "summary"}, "fact_role",
+                 id="unknown-field-fact_role"),
+    pytest.param({"content": "x", "summary_of": [str(uuid.uuid4())]}, "summary_of",
+                 id="unknown-field-summary_of"),
+    pytest.param({"content": "x", "foo": 1}, "foo", id="unknown-field-foo"),
+    pytest.param({"content": "x", "id": str(uuid.uuid4())}, "id", id="unknown-field-id"),
+    pytest.param({"content": "x", "created_at": "2025-01-01T12:00:00"}, "created_at",
+                 id="naive-created_at"),
+    pytest.param({"content": "x", "expires_at": "2030-01-01T12:00:00"}, "expires_at",
+                 id="naive-expires_at"),
+    pytest.param({"content": "x", "tags": [f"t{i}" for i in range(65)]}, "tags",
+                 id="65-tags"),
+    pytest.param({"content": "x", "tags": ["ok", "t" * 101]}, "tags.1", id="tag-too-long"),
+    pytest.param({"content": "x", "tags": ["   "]}, "tags.0", id="blank-tag"),
+    pytest.param({"content": "x", "category": "c" * 101}, "category", id="category-too-long"),
+    pytest.param({"content": "x", "user_id": "u" * 256}, "user_id", id="user_id-too-long"),
+    pytest.param({"content": "x", "source": "summary"}, "source", id="source-summary-reserved"),
+    pytest.param({"content": "x", "source": " summary "}, "source",
+                 id="source-summary-reserved-after-trim"),
+]
+
+
+@pytest.mark.parametrize(("payload", "field"), BAD_CREATE_BODIES)
+async def test_create_with_a_bad_field_is_422_naming_it_and_writes_nothing(
+    client: httpx.AsyncClient, payload: dict[str, Any], field: str
+) -> None:
+    resp = await client.post("/v1/memories", json=payload)
+    assert_validation_problem(resp, field)
+    await assert_nothing_written(client)
+
+
+BAD_RAW_BODIES = [
+    pytest.param('{"content": "abc\\ud800def"}', "content", id="lone-high-surrogate-content"),
+    pytest.param('{"content": "abc\\udc00"}', "content", id="lone-low-surrogate-content"),
+    pytest.param('{"content": "x", "tags": ["\\ud800"]}', "tags.0", id="lone-surrogate-tag"),
+    pytest.param('{"content": "x", "metadata": {"k": "\\ud800"}}', "metadata",
+                 id="lone-surrogate-metadata-value"),
+    pytest.param('{"content": "x", "metadata": {"\\ud800": 1}}', "metadata",
+                 id="lone-surrogate-metadata-key"),
+    pytest.param('{"content": "x", "importance": NaN}', "importance",
+                 id="importance-NaN-literal"),
+    pytest.param('{"content": "x", "importance": Infinity}', "importance",
+                 id="importance-Infinity-literal"),
+]
+
+
+@pytest.mark.parametrize(("text", "field"), BAD_RAW_BODIES)
+async def test_create_with_unstorable_raw_json_is_422_naming_the_field_and_writes_nothing(
+    client: httpx.AsyncClient, text: str, field: str
+) -> None:
+    resp = await client.post("/v1/memories", **raw_json(text))
+    assert_validation_problem(resp, field)
+    await assert_nothing_written(client)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param('{"content": "x", "metadata": {"score": NaN}}', id="NaN"),
+        pytest.param('{"content": "x", "metadata": {"score": Infinity}}', id="Infinity"),
+        pytest.param('{"content": "x", "metadata": {"scores": [-Infinity]}}', id="-Infinity"),
+        pytest.param('{"content": "x", "metadata": {"big": 1e400}}', id="overflowing-1e400"),
+    ],
+)
+async def test_create_with_non_finite_number_in_metadata_is_422_not_500(
+    client: httpx.AsyncClient, text: str
+) -> None:
+    # Python's JSON parser accepts NaN/Infinity (and turns 1e400 into inf); PostgreSQL's
+    # jsonb does not, so they must be refused as invalid input, not fail the INSERT.
+    resp = await client.post("/v1/memories", **raw_json(text))
+    assert_validation_problem(resp, "metadata")
+    await assert_nothing_written(client)
+
+
+async def test_create_with_deeply_nested_metadata_is_422_not_500(
+    client: httpx.AsyncClient,
+) -> None:
+    # 300 levels of nesting is 600 bytes, far under the 16 KiB size bound.
+    text = '{"content": "x", "metadata": {"k": ' + "[" * 300 + "]" * 300 + "}}"
+    resp = await client.post("/v1/memories", **raw_json(text))
+    assert_validation_problem(resp, "metadata")
+    await assert_nothing_written(client)
+
+
+@pytest.mark.parametrize("field", ["created_at", "expires_at"])
+@pytest.mark.parametrize(
+    "moment", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:00:00-05:00"]
+)
+async def test_create_with_datetime_outside_the_representable_range_is_422_not_500(
+    client: httpx.AsyncClient, field: str, moment: str
+) -> None:
+    # Both are valid RFC 3339 but fall outside year 1..9999 once converted to UTC.
+    resp = await client.post("/v1/memories", json={"content": "x", field: moment})
+    assert_validation_problem(resp, field)
+    await assert_nothing_written(client)
+
+
+# --- create: boundaries that must be accepted ----------------------------------------------
+
+
+async def test_create_with_content_of_exactly_32768_chars_is_accepted(
+    client: httpx.AsyncClient,
+) -> None:
+    body = await create(client, content="x" * 32768)
+    assert len(body["content"]) == 32768
+    got = await client.get(f"/v1/memories/{body['id']}")
+    assert len(got.json()["content"]) == 32768
+
+
+async def test_create_counts_content_length_in_characters_after_trimming(
+    client: httpx.AsyncClient,
+) -> None:
+    body = await create(client, content="  " + "\u00e9" * 32768 + "\n")
+    assert body["content"] == "\u00e9" * 32768
+
+
+async def test_create_with_64_tags_and_100_char_tag_is_accepted(
+    client: httpx.AsyncClient,
+) -> None:
+    tags = [f"t{i}" for i in range(63)] + ["t" * 100]
+    body = await create(client, tags=tags)
+    assert body["tags"] == tags
+
+
+async def test_create_with_metadata_just_under_16KiB_is_accepted(
+    client: httpx.AsyncClient,
+) -> None:
+    body = await create(client, metadata={"blob": "x" * 16000})
+    assert body["metadata"] == {"blob": "x" * 16000}
+
+
+async def test_create_with_importance_bounds_0_and_1_is_accepted(
+    client: httpx.AsyncClient,
+) -> None:
+    assert (await create(client, importance=0))["importance"] == 0
+    assert (await create(client, importance=1))["importance"] == 1
+
+
+# --- batch ----------------------------------------------------------------------------------
+
+
+async def test_batch_with_zero_items_is_422_naming_items(client: httpx.AsyncClient) -> None:
+    resp = await client.post("/v1/memories/batch", json={"items": []})
+    assert_validation_problem(resp, "items")
+    await assert_nothing_written(client)
+
+
+async def test_batch_with_1001_items_is_422_naming_items_and_writes_nothing(
+    client: httpx.AsyncClient,
+) -> None:
+    items = [{"content": f"item {i}"} for i in range(1001)]
+    resp = await client.post("/v1/memories/batch", json={"items": items})
+    assert_validation_problem(resp, "items")
+    await assert_nothing_written(client)
+
+
+async def test_batch_with_exactly_1000_items_is_accepted(client: httpx.AsyncClient) -> None:
+    items = [{"content": f"item {i}"} for i in range(1000)]
+    resp = await client.post("/v1/memories/batch", json={"items": items})
+    assert resp.status_code == 201, resp.text
+    assert len(resp.json()["items"]) == 1000
+
+
+async def test_batch_without_items_key_is_422_naming_items(client: httpx.AsyncClient) -> None:
+    resp = await client.post("/v1/memories/batch", json={"content": "not a batch"})
+    assert_validation_problem(resp, "items")
+    await assert_nothing_written(client)
+
+
+@pytest.mark.parametrize(
+    ("bad_item", "field"),
+    [
+        pytest.param({"content": "   "}, "items.3.content", id="blank-content"),
+        pytest.param({"content": "a\x00"}, "items.3.content", id="nul-content"),
+        pytest.param({"content": "x", "importance": 2}, "items.3.importance", id="importance"),
+        pytest.param({"content": "x", "metadata": {"fact_role": "x"}}, "items.3.metadata",
+                     id="reserved-metadata"),
+        pytest.param({"content": "x", "foo": 1}, "items.3.foo", id="unknown-field"),
+    ],
+)
+async def test_batch_with_bad_item_3_is_422_naming_it_and_writes_nothing(
+    client: httpx.AsyncClient, bad_item: dict[str, Any], field: str
+) -> None:
+    items: list[dict[str, Any]] = [{"content": f"good item {i}"} for i in range(6)]
+    items[3] = bad_item
+    resp = await client.post("/v1/memories/batch", json={"items": items})
+    body = assert_validation_problem(resp, field)
+    assert [e["field"] for e in body["errors"]] == [field]
+    await assert_nothing_written(client)
+
+
+# --- update ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("field", ["content", "importance", "tags", "category", "metadata"])
+async def test_patch_with_null_for_a_required_field_is_422_and_changes_nothing(
+    client: httpx.AsyncClient, field: str
+) -> None:
+    created = await create(client, tags=["a"], metadata={"k": "v"}, category="notes",
+                           importance=0.7)
+    resp = await client.patch(f"/v1/memories/{created['id']}", json={field: None})
+    assert_validation_problem(resp, field)
+    assert (await client.get(f"/v1/memories/{created['id']}")).json() == created
+
+
+async def test_patch_with_empty_body_is_422_and_changes_nothing(
+    client: httpx.AsyncClient,
+) -> None:
+    created = await create(client)
+    resp = await client.patch(f"/v1/memories/{created['id']}", json={})
+    assert_validation_problem(resp, "body")
+    assert (await client.get(f"/v1/memories/{created['id']}")).json() == created
+
+
+@pytest.mark.parametrize("field", ["fact_role", "summary_of", "source", "user_id", "foo"])
+async def test_patch_with_unknown_or_unchangeable_field_is_422_and_changes_nothing(
+    client: httpx.AsyncClient, field: str
+) -> None:
+    created = await create(client)
+    resp = await client.patch(f"/v1/memories/{created['id']}",
+                              json={"content": "changed", field: "x"})
+    assert_validation_problem(resp, field)
+    assert (await client.get(f"/v1/memories/{created['id']}")).json() == created
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        pytest.param({"content": "  "}, "content", id="blank-content"),
+        pytest.param({"content": "x\x00"}, "content", id="nul-content"),
+        pytest.param({"importance": -1}, "importance", id="importance"),
+        pytest.param({"metadata": {"summary_of": []}}, "metadata", id="reserved-metadata"),
+        pytest.param({"expires_at": "2030-01-01T00:00:00"}, "expires_at", id="naive-expires_at"),
+        pytest.param({"tags": ["t"] * 65}, "tags", id="65-tags"),
+    ],
+)
+async def test_patch_with_an_invalid_value_is_422_and_changes_nothing(
+    client: httpx.AsyncClient, change: dict[str, Any], field: str
+) -> None:
+    created = await create(client)
+    resp = await client.patch(f"/v1/memories/{created['id']}", json=change)
+    assert_validation_problem(resp, field)
+    assert (await client.get(f"/v1/memories/{created['id']}")).json() == created
+
+
+async def test_patch_with_nan_in_metadata_is_422_and_changes_nothing(
+    client: httpx.AsyncClient,
+) -> None:
+    created = await create(client)
+    resp = await client.patch(f"/v1/memories/{created['id']}",
+                              **raw_json('{"metadata": {"score": NaN}}'))
+    assert_validation_problem(resp, "metadata")
+    assert (await client.get(f"/v1/memories/{created['id']}")).json() == created
+
+
+# --- path and query -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["GET", "PATCH", "DELETE"])
+@pytest.mark.parametrize("bad_id", ["not-a-uuid", "123", "0190b2a4-zzzz-7000-8000-000000000000"])
+async def test_bad_uuid_in_path_is_422_naming_memory_id(
+    client: httpx.AsyncClient, method: str, bad_id: str
+) -> None:
+    kwargs: dict[str, Any] = {"json": {"content": "x"}} if method == "PATCH" else {}
+    resp = await client.request(method, f"/v1/memories/{bad_id}", **kwargs)
+    assert_validation_problem(resp, "path.memory_id")
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        pytest.param({"limit": "0"}, "query.limit", id="limit-0"),
+        pytest.param({"limit": "501"}, "query.limit", id="limit-501"),
+        pytest.param({"limit": "ten"}, "query.limit", id="limit-not-int"),
+        pytest.param({"foo": "bar"}, "query.foo", id="unknown-param"),
+        pytest.param({"tag": "x"}, "query.tag", id="misspelt-param"),
+        pytest.param({"fact_role": "opinion"}, "query.fact_role", id="bad-fact_role"),
+        pytest.param({"include_archived": "maybe"}, "query.include_archived",
+                     id="bad-include_archived"),
+        pytest.param({"user_id": "a\x00b"}, "query.user_id", id="nul-in-user_id"),
+    ],
+)
+async def test_list_with_a_bad_query_parameter_is_422_naming_it(
+    client: httpx.AsyncClient, params: dict[str, str], field: str
+) -> None:
+    resp = await client.get("/v1/memories", params=params)
+    assert_validation_problem(resp, field)
+
+
+async def test_list_limit_bounds_1_and_500_are_accepted(client: httpx.AsyncClient) -> None:
+    for limit in ("1", "500"):
+        resp = await client.get("/v1/memories", params={"limit": limit})
+        assert resp.status_code == 200
+        assert resp.json() == {"items": [], "next_cursor": None}
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        pytest.param("!!!not-base64!!!", id="garbage"),
+        pytest.param(base64.urlsafe_b64encode(b"not json").decode(), id="not-json"),
+        pytest.param(base64.urlsafe_b64encode(b"[]").decode(), id="empty-list"),
+        pytest.param(base64.urlsafe_b64encode(b"5").decode(), id="number"),
+        pytest.param(forged_cursor("yesterday", str(uuid.uuid4())), id="bad-timestamp"),
+        pytest.param(forged_cursor("2025-01-01T00:00:00", str(uuid.uuid4())),
+                     id="naive-timestamp"),
+        pytest.param(forged_cursor("2025-01-01T00:00:00+00:00", "not-a-uuid"), id="bad-id"),
+        pytest.param("A" * 600, id="too-long"),
+        pytest.param(forged_cursor("0001-01-01T00:00:00+01:00", str(uuid.uuid4())),
+                     id="timestamp-before-year-1-in-utc"),
+    ],
+)
+async def test_list_with_a_bad_cursor_is_422_naming_cursor(
+    client: httpx.AsyncClient, cursor: str
+) -> None:
+    await create(client)
+    resp = await client.get("/v1/memories", params={"cursor": cursor})
+    assert resp.status_code == 422, resp.text
+    fields = {e["field"] for e in resp.json()["errors"]}
+    assert fields, resp.text
+    assert fields <= {"cursor", "query.cursor"}, fields
+    assert_validation_problem(resp, fields.pop())
+
+
+# --- body encoding and headers --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param('{"content": ', id="truncated"),
+        pytest.param('{"content": "x",}', id="trailing-comma"),
+        pytest.param("{'content': 'x'}", id="single-quotes"),
+    ],
+)
+async def test_malformed_json_body_is_422_problem_naming_body(
+    client: httpx.AsyncClient, text: str
+) -> None:
+    resp = await client.post("/v1/memories", **raw_json(text))
+    assert_validation_problem(resp, "body")
+    await assert_nothing_written(client)
+
+
+@pytest.mark.parametrize(
+    "content_type", ["text/plain", "application/x-www-form-urlencoded", "application/xml"]
+)
+async def test_body_with_wrong_content_type_is_422_problem_and_writes_nothing(
+    client: httpx.AsyncClient, content_type: str
+) -> None:
+    resp = await client.post("/v1/memories", content=b'{"content": "x"}',
+                             headers={"content-type": content_type})
+    assert_validation_problem(resp, "body")
+    await assert_nothing_written(client)
+
+
+@pytest.mark.parametrize("text", ['["content", "x"]', '"x"', "null", "42"])
+async def test_json_body_that_is_not_an_object_is_422_naming_body(
+    client: httpx.AsyncClient, text: str
+) -> None:
+    resp = await client.post("/v1/memories", **raw_json(text))
+    assert_validation_problem(resp, "body")
+    await assert_nothing_written(client)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        pytest.param("k" * 256, id="256-chars"),
+        pytest.param("", id="empty"),
+        pytest.param("has space", id="space"),
+    ],
+)
+@pytest.mark.parametrize("path", ["/v1/memories", "/v1/memories/batch"])
+async def test_bad_idempotency_key_is_422_naming_the_header_and_writes_nothing(
+    client: httpx.AsyncClient, key: str, path: str
+) -> None:
+    payload: dict[str, Any] = {"content": "x"}
+    if path.endswith("batch"):
+        payload = {"items": [payload]}
+    resp = await client.post(path, json=payload, headers={"Idempotency-Key": key})
+    assert_validation_problem(resp, "header.Idempotency-Key")
+    await assert_nothing_written(client)
+
+
+async def test_idempotency_key_of_255_chars_is_accepted(client: httpx.AsyncClient) -> None:
+    resp = await client.post("/v1/memories", json={"content": "x"},
+                             headers={"Idempotency-Key": "k" * 255})
+    assert resp.status_code == 201, resp.text

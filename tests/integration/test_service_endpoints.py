@@ -1,0 +1,244 @@
+"""/healthz, /readyz, /metrics, unknown routes and methods, and a database that is down."""
+
+from __future__ import annotations
+
+import re
+import socket
+import uuid
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from app.db import create_engine, create_sessionmaker
+from app.main import create_app
+from app.migrate import head_revision
+from app.providers.hash_embedder import HashEmbedder
+from app.resources import Resources
+from tests.conftest import TenantKey
+
+PROBLEM_JSON = "application/problem+json"
+
+
+def assert_problem(resp: httpx.Response, status: int) -> dict:
+    assert resp.status_code == status, resp.text
+    assert resp.headers["content-type"] == PROBLEM_JSON
+    assert "Traceback" not in resp.text
+    assert 'File "' not in resp.text
+    body = resp.json()
+    assert body["status"] == status
+    assert isinstance(body["type"], str)
+    assert body["type"]
+    assert isinstance(body["title"], str)
+    assert body["title"]
+    assert isinstance(body["detail"], str)
+    assert body["detail"]
+    return body
+
+
+def requests_total(metrics_text: str, method: str, route: str, status: str) -> float:
+    pattern = re.compile(
+        # Greedy: a route template's own braces sit inside the label set.
+        r"^engram_http_requests_total\{(?P<labels>.*)\} (?P<value>\S+)$", re.MULTILINE
+    )
+    wanted = {"method": method, "route": route, "status": status}
+    for match in pattern.finditer(metrics_text):
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', match["labels"]))
+        if labels == wanted:
+            return float(match["value"])
+    return 0.0
+
+
+# --- a healthy service ----------------------------------------------------------------------
+
+
+async def test_healthz_is_200_without_a_key(anon_client: httpx.AsyncClient) -> None:
+    resp = await anon_client.get("/healthz")
+    assert resp.status_code == 200
+    assert resp.json() == {"status": "ok"}
+
+
+async def test_readyz_is_200_with_the_schema_at_head(anon_client: httpx.AsyncClient) -> None:
+    resp = await anon_client.get("/readyz")
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    head = head_revision()
+    assert head is not None
+    assert body["status"] == "ready"
+    assert body["database"] == "ok"
+    assert body["schema_revision"] == head
+    assert body["head_revision"] == head
+
+
+async def test_metrics_is_prometheus_text_counting_requests_by_route(
+    anon_client: httpx.AsyncClient, client: httpx.AsyncClient
+) -> None:
+    before = (await anon_client.get("/metrics")).text
+    for _ in range(3):
+        assert (await anon_client.get("/healthz")).status_code == 200
+    created = await client.post("/v1/memories", json={"content": "counted"})
+    assert created.status_code == 201
+    assert (await client.get(f"/v1/memories/{created.json()['id']}")).status_code == 200
+
+    resp = await anon_client.get("/metrics")
+    assert resp.status_code == 200
+    assert resp.headers["content-type"].startswith("text/plain")
+    after = resp.text
+    assert "# TYPE engram_http_requests_total counter" in after
+    assert "# HELP engram_http_requests_total" in after
+    assert "engram_http_request_seconds_bucket" in after
+    healthz_delta = (requests_total(after, "GET", "/healthz", "200")
+                     - requests_total(before, "GET", "/healthz", "200"))
+    assert healthz_delta == 3
+    assert (requests_total(after, "POST", "/v1/memories", "201")
+            - requests_total(before, "POST", "/v1/memories", "201")) == 1
+    # Routes are labelled by template, never by the raw path with its id.
+    assert (requests_total(after, "GET", "/v1/memories/{memory_id}", "200")
+            - requests_total(before, "GET", "/v1/memories/{memory_id}", "200")) == 1
+    assert created.json()["id"] not in after
+
+
+@pytest.mark.parametrize(
+    "path", ["/nope", "/v1/memory", "/v1/memories/batch/extra", "/v2/memories"]
+)
+async def test_unknown_route_is_404_problem(client: httpx.AsyncClient, path: str) -> None:
+    body = assert_problem(await client.get(path), 404)
+    assert body["title"] == "Not found"
+
+
+async def test_unknown_route_without_a_key_is_404_problem(
+    anon_client: httpx.AsyncClient,
+) -> None:
+    assert_problem(await anon_client.get("/definitely/not/here"), 404)
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("PUT", "/v1/memories"),
+        ("DELETE", "/v1/memories"),
+        ("PATCH", "/v1/memories"),
+        ("GET", "/v1/memories/batch"),
+        ("PUT", "/v1/memories/0190b2a4-1c2d-7000-8000-000000000001"),
+        ("POST", "/healthz"),
+    ],
+)
+async def test_wrong_method_is_405_problem(
+    client: httpx.AsyncClient, method: str, path: str
+) -> None:
+    resp = await client.request(method, path, json={"content": "x"})
+    if path == "/v1/memories/batch" and method == "GET":
+        # GET matches /v1/memories/{memory_id}, where "batch" is no UUID.
+        assert_problem(resp, 422)
+        assert [e["field"] for e in resp.json()["errors"]] == ["path.memory_id"]
+        return
+    body = assert_problem(resp, 405)
+    assert body["title"] == "Method not allowed"
+    assert "allow" in resp.headers
+
+
+@pytest.mark.parametrize(
+    ("path", "supported"),
+    [
+        ("/v1/memories", {"GET", "POST"}),
+        ("/v1/memories/0190b2a4-1c2d-7000-8000-000000000001", {"GET", "PATCH", "DELETE"}),
+    ],
+)
+async def test_405_allow_header_lists_every_method_of_the_path(
+    client: httpx.AsyncClient, path: str, supported: set[str]
+) -> None:
+    # RFC 9110 15.5.6: a 405 MUST carry Allow listing the resource's supported methods.
+    resp = await client.put(path, json={"content": "x"})
+    assert_problem(resp, 405)
+    allowed = {m.strip() for m in resp.headers["allow"].split(",")}
+    assert supported <= allowed, allowed
+
+
+# --- the database is down -------------------------------------------------------------------
+
+
+def closed_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+async def down_resources(resources: Resources) -> AsyncIterator[Resources]:
+    """Resources whose engine points at a port where nothing listens."""
+    settings = resources.settings.model_copy(update={"auth_enabled": False})
+    engine = create_engine(f"postgresql+asyncpg://postgres@127.0.0.1:{closed_port()}/x",
+                           settings)
+    yield Resources(settings, engine, create_sessionmaker(engine), HashEmbedder(384))
+    await engine.dispose()
+
+
+@pytest.fixture
+async def down_client(down_resources: Resources) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(down_resources.settings, down_resources)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://engram.test") as c:
+        yield c
+
+
+SOME_ID = "0190b2a4-1c2d-7000-8000-000000000001"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "payload", "headers"),
+    [
+        ("POST", "/v1/memories", {"content": "x"}, {}),
+        ("POST", "/v1/memories", {"content": "x"}, {"Idempotency-Key": "k-down"}),
+        ("POST", "/v1/memories/batch", {"items": [{"content": "x"}]}, {}),
+        ("GET", "/v1/memories", None, {}),
+        ("GET", f"/v1/memories/{SOME_ID}", None, {}),
+        ("PATCH", f"/v1/memories/{SOME_ID}", {"content": "y"}, {}),
+        ("DELETE", f"/v1/memories/{SOME_ID}", None, {}),
+        ("GET", "/readyz", None, {}),
+    ],
+    ids=["create", "create-idempotent", "batch", "list", "get", "patch", "delete", "readyz"],
+)
+async def test_database_unreachable_is_503_problem_without_a_stack_trace(
+    down_client: httpx.AsyncClient, method: str, path: str, payload: dict | None,
+    headers: dict[str, str],
+) -> None:
+    resp = await down_client.request(method, path, json=payload, headers=headers)
+    body = assert_problem(resp, 503)
+    assert body["type"].endswith("/database_unavailable")
+    assert body["title"] == "Database unavailable"
+    assert "127.0.0.1" not in resp.text
+    assert "asyncpg" not in resp.text.lower()
+
+
+async def test_database_unreachable_still_answers_healthz(
+    down_client: httpx.AsyncClient,
+) -> None:
+    resp = await down_client.get("/healthz")
+    assert resp.status_code == 200
+    assert resp.json() == {"status": "ok"}
+
+
+async def test_database_unreachable_with_auth_on_is_503_not_401(
+    down_resources: Resources, tenant: TenantKey
+) -> None:
+    settings = down_resources.settings.model_copy(update={"auth_enabled": True})
+    res = Resources(settings, down_resources.engine, down_resources.sessionmaker,
+                    down_resources.embedder)
+    transport = httpx.ASGITransport(app=create_app(settings, res), raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://engram.test",
+                                 headers=tenant.headers) as c:
+        listed = await c.get("/v1/memories")
+        created = await c.post("/v1/memories", json={"content": "x"})
+        got = await c.get(f"/v1/memories/{uuid.uuid4()}")
+    for resp in (listed, created, got):
+        body = assert_problem(resp, 503)
+        assert body["type"].endswith("/database_unavailable")
+
+
+async def test_database_unreachable_validation_errors_are_still_422(
+    down_client: httpx.AsyncClient,
+) -> None:
+    # Input is checked before the database is touched.
+    resp = await down_client.post("/v1/memories", json={"content": ""})
+    body = assert_problem(resp, 422)
+    assert [e["field"] for e in body["errors"]] == ["content"]
