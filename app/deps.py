@@ -9,7 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth import Caller, current_caller
 from app.db import request_session
-from app.errors import PROBLEM_JSON, Problem
+from app.errors import PROBLEM_JSON
 
 SessionDep = Annotated[AsyncSession, Depends(request_session, scope="function")]
 CallerDep = Annotated[Caller, Depends(current_caller)]
@@ -24,13 +24,17 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
         422: "Invalid input; `errors` names each bad field",
         502: "An upstream provider failed",
         503: "The database or a provider is unavailable",
+        504: "An upstream provider did not answer in time",
     }
-    wanted = sorted({401, 422, 503, *statuses})
+    wanted = {401, 422, 503, *statuses}
+    if 502 in wanted:
+        # A route that calls a provider can see it fail (502) or time out (504).
+        wanted.add(504)
+    # No `model`: FastAPI would also declare application/json, which is never answered.
     return {
         status: {
-            "model": Problem,
             "description": descriptions.get(status, "Error"),
             "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}},
         }
-        for status in wanted
+        for status in sorted(wanted)
     }

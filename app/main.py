@@ -63,10 +63,9 @@ def _declare_problem_schema(app: FastAPI) -> None:
         if app.openapi_schema is None:
             schema = original()
             components = schema.setdefault("components", {}).setdefault("schemas", {})
-            if "Problem" not in components:
-                components["Problem"] = Problem.model_json_schema(
-                    ref_template="#/components/schemas/{model}"
-                )
+            problem = Problem.model_json_schema(ref_template="#/components/schemas/{model}")
+            components.update(problem.pop("$defs", {}))
+            components["Problem"] = problem
             app.openapi_schema = schema
         return app.openapi_schema
 

@@ -7,7 +7,6 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -73,10 +72,12 @@ async def downgrade(engine: AsyncEngine, revision: str) -> None:
         await conn.run_sync(_downgrade, revision)
 
 
-def _current(connection: Connection) -> set[str]:
-    return set(MigrationContext.configure(connection).get_current_heads())
-
-
 async def current_revisions(engine: AsyncEngine) -> set[str]:
+    """The schema's revisions, read directly: cheap enough for every readiness probe, and
+    without Alembic's migration context logging on each call."""
     async with engine.connect() as conn:
-        return await conn.run_sync(_current)
+        exists = await conn.scalar(text("SELECT to_regclass('alembic_version') IS NOT NULL"))
+        if not exists:
+            return set()
+        rows = await conn.execute(text("SELECT version_num FROM alembic_version"))
+        return {row[0] for row in rows}

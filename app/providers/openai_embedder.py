@@ -20,6 +20,7 @@ from app.providers.embedder import Vector
 log = logging.getLogger("engram.embedder")
 
 RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+MAX_RETRY_AFTER = 10.0
 
 
 class EmbeddingError(ProviderError):
@@ -69,6 +70,7 @@ class OpenAIEmbedder:
                    "encoding_format": "float"}
         attempt = 0
         while True:
+            retry_after: float | None = None
             try:
                 response = await self._client.post("embeddings", json=payload)
             except httpx.TimeoutException as exc:
@@ -81,15 +83,20 @@ class OpenAIEmbedder:
             else:
                 if response.status_code == 200:
                     return self._parse(response, len(texts))
+                # The body stays in the log: it can echo credentials back.
+                log.warning("embeddings API answered %d: %s", response.status_code,
+                            response.text[:500])
                 error = EmbeddingError(
-                    f"the embeddings API answered {response.status_code}: "
-                    f"{response.text[:200]}",
+                    f"the embeddings API answered {response.status_code}",
                     code="embedding_upstream_error", status=502)
                 if response.status_code not in RETRYABLE_STATUS:
                     raise error
+                retry_after = _retry_after(response)
             if attempt >= self._max_retries:
                 raise error
             delay = self._backoff_base * (2**attempt)
+            if retry_after is not None:
+                delay = min(max(delay, retry_after), MAX_RETRY_AFTER)
             log.warning("embeddings call failed (%s), retry %d in %.2fs",
                         error.code, attempt + 1, delay)
             await asyncio.sleep(delay)
@@ -117,6 +124,13 @@ class OpenAIEmbedder:
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    try:
+        return max(0.0, float(response.headers.get("retry-after", "")))
+    except ValueError:
+        return None
 
 
 def _normalise(vec: Vector) -> Vector:

@@ -1,0 +1,310 @@
+"""The served OpenAPI document against ../shared/api-contract.md: operationIds, methods and
+paths, named body schemas, problem+json errors, and the Memory and Problem shapes.
+
+CONTRACT lists every operation the contract defines. IMPLEMENTED names the ones the
+service serves today; `test_the_implemented_operations_are_exactly_the_expected_ones`
+fails when an operation appears or disappears, so adding one is a conscious change: move
+its name into IMPLEMENTED (and fill in its schema names) in the same commit.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+
+PROBLEM_JSON = "application/problem+json"
+
+
+@dataclass(frozen=True)
+class Operation:
+    method: str
+    path: str
+    request: str | None = None  # component schema of the JSON body, None when no body
+    response: str | None = None  # component schema of the success body, None when none
+    success: frozenset[str] = frozenset({"200"})
+    # Error statuses the contract implies this operation can return, beyond 401/422/503.
+    errors: frozenset[int] = field(default_factory=frozenset)
+    # Body schema names the contract does not fix yet: any named schema is accepted.
+    open_names: bool = False
+
+
+CONTRACT: dict[str, Operation] = {
+    # Memories
+    "createMemory": Operation("post", "/v1/memories", "MemoryCreate", "Memory",
+                              frozenset({"201"}), frozenset({409, 502})),
+    "createMemories": Operation("post", "/v1/memories/batch", "MemoryBatchCreate",
+                                "MemoryBatch", frozenset({"201"}), frozenset({409, 502})),
+    "getMemory": Operation("get", "/v1/memories/{id}", None, "Memory",
+                           errors=frozenset({404})),
+    "listMemories": Operation("get", "/v1/memories", None, "MemoryPage"),
+    "updateMemory": Operation("patch", "/v1/memories/{id}", "MemoryUpdate", "Memory",
+                              errors=frozenset({404, 502})),
+    "deleteMemory": Operation("delete", "/v1/memories/{id}", None, None, frozenset({"204"}),
+                              frozenset({404})),
+    # Search
+    "searchMemories": Operation("post", "/v1/search", "SearchRequest", "SearchResponse",
+                                errors=frozenset({502})),
+    # Consolidation
+    "runConsolidation": Operation("post", "/v1/consolidations", "ConsolidationRequest",
+                                  "ConsolidationResult", frozenset({"200", "202"})),
+    "getConsolidation": Operation("get", "/v1/consolidations/{id}", None,
+                                  "ConsolidationResult", errors=frozenset({404})),
+    "listConsolidations": Operation("get", "/v1/consolidations", None, "ConsolidationPage"),
+    "revertConsolidation": Operation("post", "/v1/consolidations/{id}/revert", None,
+                                     "ConsolidationResult", errors=frozenset({404})),
+    # Sessions
+    "appendTurn": Operation("post", "/v1/sessions/{session_id}/turns", None, None,
+                            frozenset({"200", "201"}), open_names=True),
+    "getSessionContext": Operation("get", "/v1/sessions/{session_id}/context", None, None,
+                                   open_names=True),
+    "getSession": Operation("get", "/v1/sessions/{session_id}", None, None, open_names=True),
+}
+
+# Served today. NOT YET IMPLEMENTED: searchMemories, appendTurn, getSessionContext,
+# getSession (their schema names above are the contract's where it names them, else open).
+IMPLEMENTED = frozenset({
+    "createMemory", "createMemories", "getMemory", "listMemories", "updateMemory",
+    "deleteMemory",
+    "runConsolidation", "getConsolidation", "listConsolidations", "revertConsolidation",
+})
+
+# Operations that call the embedding provider, and every status its errors carry
+# (app/providers/openai_embedder.py: upstream error and bad answers 502, unreachable
+# 503, timeout 504). The contract: "declares problem+json for every 4xx/5xx it can return".
+EMBEDDING_OPERATIONS = ("createMemory", "createMemories", "updateMemory", "searchMemories")
+EMBEDDING_PROVIDER_STATUSES = frozenset({502, 503, 504})
+
+CONTRACT_MEMORY_FIELDS = {
+    "id", "content", "user_id", "agent_id", "session_id", "namespace", "category", "tags",
+    "importance", "metadata", "source", "fact_role", "summary_of", "created_at",
+    "updated_at", "expires_at", "archived_at", "consolidation_id",
+}
+NULLABLE_MEMORY_FIELDS = {"user_id", "agent_id", "session_id", "namespace", "expires_at",
+                          "archived_at", "consolidation_id"}
+
+
+@pytest.fixture
+async def document(client: httpx.AsyncClient) -> dict[str, Any]:
+    resp = await client.get("/openapi.json")
+    assert resp.status_code == 200
+    doc: dict[str, Any] = resp.json()
+    return doc
+
+
+def template(path: str) -> str:
+    """A path with its parameter names erased: `{id}` and `{memory_id}` are one URL."""
+    return re.sub(r"\{[^}]+\}", "{}", path)
+
+
+def operations(doc: dict[str, Any]) -> dict[str, tuple[str, str, dict[str, Any]]]:
+    found: dict[str, tuple[str, str, dict[str, Any]]] = {}
+    for path, item in doc["paths"].items():
+        for method, op in item.items():
+            if method in {"get", "post", "put", "patch", "delete"}:
+                found[op["operationId"]] = (method, path, op)
+    return found
+
+
+def ref_name(schema: dict[str, Any]) -> str:
+    ref = schema.get("$ref", "")
+    assert ref.startswith("#/components/schemas/"), f"not a named schema: {schema}"
+    return str(ref.rsplit("/", 1)[1])
+
+
+def schema_named(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    schema: dict[str, Any] = doc["components"]["schemas"][name]
+    return schema
+
+
+def accepts_null(prop: dict[str, Any]) -> bool:
+    variants = prop.get("anyOf") or prop.get("oneOf") or [prop]
+    return any(v.get("type") == "null" for v in variants) or prop.get("nullable") is True
+
+
+# Which operations exist -------------------------------------------------------------------
+
+
+async def test_the_implemented_operations_are_exactly_the_expected_ones(
+    document: dict[str, Any],
+) -> None:
+    served = set(operations(document))
+
+    assert served & set(CONTRACT) == IMPLEMENTED
+
+
+async def test_every_operation_has_a_unique_readable_operation_id_and_summary(
+    document: dict[str, Any],
+) -> None:
+    seen: list[str] = []
+    for item in document["paths"].values():
+        for op in item.values():
+            assert re.fullmatch(r"[a-z][A-Za-z]+", op.get("operationId", "")), op
+            assert op.get("summary"), op["operationId"]
+            seen.append(op["operationId"])
+    assert len(seen) == len(set(seen))
+
+
+@pytest.mark.parametrize("operation_id", sorted(IMPLEMENTED))
+async def test_operation_has_the_contracts_method_and_path(
+    document: dict[str, Any], operation_id: str
+) -> None:
+    expected = CONTRACT[operation_id]
+    method, path, _ = operations(document)[operation_id]
+
+    assert method == expected.method
+    assert template(path) == template(expected.path)
+
+
+# Bodies -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("operation_id", sorted(IMPLEMENTED))
+async def test_bodies_use_the_contracts_named_schemas(
+    document: dict[str, Any], operation_id: str
+) -> None:
+    expected = CONTRACT[operation_id]
+    _, _, op = operations(document)[operation_id]
+
+    body = op.get("requestBody")
+    if expected.request is None and not expected.open_names:
+        assert body is None
+    if body is not None:
+        assert set(body["content"]) == {"application/json"}
+        name = ref_name(body["content"]["application/json"]["schema"])
+        if expected.request is not None:
+            assert name == expected.request
+
+    successes = {s for s in op["responses"] if s.startswith("2")}
+    assert successes == set(expected.success)
+    for status in successes:
+        content = op["responses"][status].get("content", {})
+        if expected.response is None and not expected.open_names:
+            assert content == {}, status
+            continue
+        assert set(content) == {"application/json"}, status
+        name = ref_name(content["application/json"]["schema"])
+        if expected.response is not None:
+            assert name == expected.response
+
+
+async def test_every_json_body_in_the_document_is_a_named_schema(
+    document: dict[str, Any],
+) -> None:
+    for operation_id, (_, _, op) in operations(document).items():
+        bodies = [op.get("requestBody", {}).get("content", {})]
+        bodies += [resp.get("content", {}) for resp in op["responses"].values()]
+        for content in bodies:
+            for media, spec in content.items():
+                if media.endswith("json"):
+                    assert "$ref" in spec["schema"], (operation_id, media, spec)
+
+
+# Errors -----------------------------------------------------------------------------------
+
+
+async def test_every_error_response_declares_problem_json(document: dict[str, Any]) -> None:
+    for operation_id, (_, _, op) in operations(document).items():
+        for status, resp in op["responses"].items():
+            if status[0] in "45":
+                content = resp.get("content", {})
+                assert PROBLEM_JSON in content, (operation_id, status)
+                assert ref_name(content[PROBLEM_JSON]["schema"]) == "Problem"
+
+
+@pytest.mark.parametrize("operation_id", sorted(IMPLEMENTED))
+async def test_operation_declares_the_errors_it_can_return(
+    document: dict[str, Any], operation_id: str
+) -> None:
+    _, _, op = operations(document)[operation_id]
+    declared = {int(s) for s in op["responses"] if s[0] in "45"}
+
+    # Every /v1 call can be unauthenticated, invalid, or meet an unreachable database.
+    assert declared >= {401, 422, 503, *CONTRACT[operation_id].errors}
+
+
+@pytest.mark.parametrize(
+    "operation_id", [op for op in EMBEDDING_OPERATIONS if op in IMPLEMENTED]
+)
+async def test_operations_that_embed_declare_every_embedding_provider_status(
+    document: dict[str, Any], operation_id: str
+) -> None:
+    """An embeddings API that times out makes these answer 504 (see
+    tests/integration/providers/test_openai_embedder.py); the document must say so."""
+    _, _, op = operations(document)[operation_id]
+    declared = {int(s) for s in op["responses"] if s[0] in "45"}
+
+    assert declared >= EMBEDDING_PROVIDER_STATUSES, (
+        f"{operation_id} does not declare {sorted(EMBEDDING_PROVIDER_STATUSES - declared)}"
+    )
+
+
+# Schemas ----------------------------------------------------------------------------------
+
+
+async def test_the_contracts_schema_names_are_components(document: dict[str, Any]) -> None:
+    names = set(document["components"]["schemas"])
+    wanted = {"Problem"} | {
+        name
+        for operation_id in IMPLEMENTED
+        for name in (CONTRACT[operation_id].request, CONTRACT[operation_id].response)
+        if name is not None
+    }
+
+    assert wanted >= {"MemoryCreate", "MemoryBatchCreate", "MemoryUpdate", "Memory",
+                      "MemoryBatch", "MemoryPage", "Problem"}
+    assert names >= wanted
+
+
+async def test_memory_has_every_field_of_the_contract(document: dict[str, Any]) -> None:
+    memory = schema_named(document, "Memory")
+    props = memory["properties"]
+
+    assert set(props) >= CONTRACT_MEMORY_FIELDS
+    for name in NULLABLE_MEMORY_FIELDS:
+        assert accepts_null(props[name]), name
+    for name in CONTRACT_MEMORY_FIELDS - NULLABLE_MEMORY_FIELDS:
+        assert not accepts_null(props[name]), name
+    assert set(props["fact_role"]["enum"]) == {"fact", "summary"}
+    assert props["id"]["format"] == "uuid"
+    assert props["created_at"]["format"] == "date-time"
+    assert props["summary_of"]["items"]["format"] == "uuid"
+
+
+async def test_batch_and_page_wrap_memories(document: dict[str, Any]) -> None:
+    batch = schema_named(document, "MemoryBatch")["properties"]
+    page = schema_named(document, "MemoryPage")["properties"]
+    batch_create = schema_named(document, "MemoryBatchCreate")["properties"]
+
+    assert ref_name(batch["items"]["items"]) == "Memory"
+    assert ref_name(page["items"]["items"]) == "Memory"
+    assert accepts_null(page["next_cursor"])
+    assert ref_name(batch_create["items"]["items"]) == "MemoryCreate"
+    assert (batch_create["items"]["minItems"], batch_create["items"]["maxItems"]) == (1, 1000)
+
+
+async def test_problem_has_the_rfc_9457_fields_and_field_errors(
+    document: dict[str, Any],
+) -> None:
+    problem = schema_named(document, "Problem")
+
+    assert set(problem["properties"]) >= {"type", "title", "status", "detail", "errors"}
+    # "Problem bodies always carry detail."
+    assert set(problem["required"]) >= {"type", "title", "status", "detail"}
+    errors = problem["properties"]["errors"]
+    variants = errors.get("anyOf", [errors])
+    [array] = [v for v in variants if v.get("type") == "array"]
+    field_error = schema_named(document, ref_name(array["items"]))
+    assert set(field_error["properties"]) >= {"field", "message"}
+
+
+async def test_list_memories_pages_with_cursor_and_limit(document: dict[str, Any]) -> None:
+    _, _, op = operations(document)["listMemories"]
+    params = {p["name"]: p for p in op["parameters"] if p["in"] == "query"}
+
+    assert "cursor" in params
+    limit = params["limit"]["schema"]
+    assert (limit["default"], limit["maximum"], limit["minimum"]) == (50, 500, 1)

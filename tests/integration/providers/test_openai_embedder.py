@@ -1,0 +1,525 @@
+"""OpenAIEmbedder against a real HTTP server on 127.0.0.1 that answers, fails, throttles,
+hangs and talks garbage on cue; and the memory API in front of it, which must answer a
+stable problem+json and write nothing when the provider fails."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import math
+import socket
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from app.models import Memory
+from app.providers.openai_embedder import EmbeddingError, OpenAIEmbedder
+from app.resources import Resources
+from tests.conftest import create_tenant_key, make_client
+
+DIMS = 384
+API_KEY = "sk-test-embeddings"
+MODEL = "fake-embedding-model"
+TIMEOUT = 0.4
+MAX_RETRIES = 2
+BACKOFF = 0.01
+
+
+def raw_vector(text: str, dims: int = DIMS) -> list[float]:
+    """A deterministic, deliberately *not* unit-length vector for `text`."""
+    out: list[float] = []
+    counter = 0
+    while len(out) < dims:
+        digest = hashlib.sha256(f"{text}:{counter}".encode()).digest()
+        out.extend((b - 127.5) / 10.0 for b in digest)
+        counter += 1
+    return out[:dims]
+
+
+def unit(vec: list[float]) -> list[float]:
+    norm = math.sqrt(sum(x * x for x in vec))
+    return [x / norm for x in vec]
+
+
+# Behaviours, one per request -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Succeed:
+    """200 with `raw_vector` of each input, listed in reverse index order."""
+
+
+@dataclass(frozen=True)
+class Fail:
+    status: int = 500
+
+
+@dataclass(frozen=True)
+class Hang:
+    seconds: float = 10.0
+
+
+@dataclass(frozen=True)
+class Garbage:
+    body: bytes = b"<html>502 Bad Gateway</html>"
+
+
+@dataclass(frozen=True)
+class NoData:
+    """Valid JSON without `data`."""
+
+
+@dataclass(frozen=True)
+class WrongDims:
+    dims: int = 1536
+
+
+@dataclass(frozen=True)
+class Fewer:
+    """One vector fewer than inputs."""
+
+
+@dataclass(frozen=True)
+class ZeroVector:
+    """The first vector is all zeros: no direction to normalise."""
+
+
+Behaviour = Succeed | Fail | Hang | Garbage | NoData | WrongDims | Fewer | ZeroVector
+
+
+@dataclass(frozen=True)
+class Recorded:
+    path: str
+    authorization: str | None
+    body: Any
+
+
+class FakeEmbeddingsServer:
+    """POST /v1/embeddings in the OpenAI format, on a free port, in a thread."""
+
+    def __init__(self) -> None:
+        self.default: Behaviour = Succeed()
+        self.requests: list[Recorded] = []
+        self._script: deque[Behaviour] = deque()
+        self._lock = threading.Lock()
+        self.stopping = threading.Event()
+        self._httpd = _Server(("127.0.0.1", 0), _Handler)
+        self._httpd.fake = self
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, name="fake-embeddings", daemon=True
+        )
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    def script(self, *behaviours: Behaviour) -> None:
+        with self._lock:
+            self._script.extend(behaviours)
+
+    def next(self, request: Recorded) -> Behaviour:
+        with self._lock:
+            self.requests.append(request)
+            return self._script.popleft() if self._script else self.default
+
+    def __enter__(self) -> FakeEmbeddingsServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    fake: FakeEmbeddingsServer
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path != "/v1/embeddings":
+            self._send(404, b'{"error": {"message": "no such route"}}')
+            return
+        body = json.loads(raw)
+        fake = self.server.fake
+        behaviour = fake.next(Recorded(self.path, self.headers.get("Authorization"), body))
+        # A client that timed out has gone away; nothing to tell it.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self._answer(behaviour, body["input"])
+
+    def _answer(self, behaviour: Behaviour, inputs: list[str]) -> None:
+        match behaviour:
+            case Succeed():
+                self._embeddings([raw_vector(t) for t in inputs])
+            case Fail(status=status):
+                self._send(status, b'{"error": {"message": "scripted failure"}}')
+            case Hang(seconds=seconds):
+                self.server.fake.stopping.wait(seconds)
+                self._embeddings([raw_vector(t) for t in inputs])
+            case Garbage(body=payload):
+                self._send(200, payload, content_type="text/html")
+            case NoData():
+                self._send(200, b'{"object": "list", "model": "fake", "usage": {}}')
+            case WrongDims(dims=dims):
+                self._embeddings([raw_vector(t, dims) for t in inputs])
+            case Fewer():
+                self._embeddings([raw_vector(t) for t in inputs][:-1])
+            case ZeroVector():
+                vectors = [raw_vector(t) for t in inputs]
+                vectors[0] = [0.0] * DIMS
+                self._embeddings(vectors)
+
+    def _embeddings(self, vectors: list[list[float]]) -> None:
+        data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
+        data.reverse()  # OpenAI does not promise order; the client must sort by index
+        payload = {
+            "object": "list",
+            "data": data,
+            "model": MODEL,
+            "usage": {"prompt_tokens": 1, "total_tokens": 1},
+        }
+        self._send(200, json.dumps(payload).encode())
+
+    def _send(self, status: int, payload: bytes, content_type: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+
+def closed_port_url() -> str:
+    """A URL on 127.0.0.1 where nothing listens."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+@pytest.fixture
+def server() -> Iterator[FakeEmbeddingsServer]:
+    with FakeEmbeddingsServer() as running:
+        yield running
+
+
+def make_embedder(base_url: str, **overrides: Any) -> OpenAIEmbedder:
+    options: dict[str, Any] = {
+        "base_url": base_url,
+        "model": MODEL,
+        "api_key": API_KEY,
+        "dimensions": DIMS,
+        "timeout": TIMEOUT,
+        "max_retries": MAX_RETRIES,
+        "backoff_base": BACKOFF,
+    }
+    options.update(overrides)
+    return OpenAIEmbedder(**options)
+
+
+@pytest.fixture
+async def embedder(server: FakeEmbeddingsServer) -> AsyncIterator[OpenAIEmbedder]:
+    client = make_embedder(server.base_url)
+    yield client
+    await client.aclose()
+
+
+def assert_close(got: list[list[float]], expected: list[list[float]]) -> None:
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected, strict=True):
+        assert len(g) == len(e)
+        assert max(abs(a - b) for a, b in zip(g, e, strict=True)) < 1e-9
+
+
+# The client -------------------------------------------------------------------------------
+
+
+async def test_sends_an_openai_request_and_returns_normalised_vectors_in_input_order(
+    server: FakeEmbeddingsServer, embedder: OpenAIEmbedder
+) -> None:
+    texts = ["Alice likes green tea.", "Bob flies on Monday.", "Carol plays chess."]
+
+    vectors = await embedder.embed(texts)
+
+    [request] = server.requests
+    assert request.path == "/v1/embeddings"
+    assert request.authorization == f"Bearer {API_KEY}"
+    assert request.body["model"] == MODEL
+    assert request.body["input"] == texts
+    assert request.body["dimensions"] == DIMS
+    assert_close(vectors, [unit(raw_vector(t)) for t in texts])
+    for vec in vectors:
+        assert math.isclose(math.sqrt(sum(x * x for x in vec)), 1.0, rel_tol=1e-9)
+
+
+async def test_large_inputs_are_sent_in_batches_and_reassembled_in_order(
+    server: FakeEmbeddingsServer,
+) -> None:
+    texts = [f"memory number {i}" for i in range(7)]
+    embedder = make_embedder(server.base_url, batch_size=3)
+    try:
+        vectors = await embedder.embed(texts)
+    finally:
+        await embedder.aclose()
+
+    assert [r.body["input"] for r in server.requests] == [texts[0:3], texts[3:6], texts[6:7]]
+    assert_close(vectors, [unit(raw_vector(t)) for t in texts])
+
+
+async def test_no_key_sends_no_authorization_header(server: FakeEmbeddingsServer) -> None:
+    embedder = make_embedder(server.base_url, api_key=None)
+    try:
+        await embedder.embed(["x"])
+    finally:
+        await embedder.aclose()
+
+    assert server.requests[0].authorization is None
+
+
+@pytest.mark.parametrize("status", [500, 429, 503])
+async def test_a_retryable_failure_is_retried_then_succeeds(
+    server: FakeEmbeddingsServer, embedder: OpenAIEmbedder, status: int
+) -> None:
+    server.script(Fail(status))
+
+    vectors = await embedder.embed(["hello"])
+
+    assert len(server.requests) == 2
+    assert server.requests[0].body == server.requests[1].body
+    assert_close(vectors, [unit(raw_vector("hello"))])
+
+
+async def test_always_500_gives_up_after_bounded_retries(
+    server: FakeEmbeddingsServer, embedder: OpenAIEmbedder
+) -> None:
+    server.default = Fail(500)
+
+    with pytest.raises(EmbeddingError) as caught:
+        await embedder.embed(["hello"])
+
+    assert caught.value.code == "embedding_upstream_error"
+    assert caught.value.status == 502
+    assert len(server.requests) == MAX_RETRIES + 1
+
+
+async def test_zero_retries_means_one_attempt(server: FakeEmbeddingsServer) -> None:
+    server.default = Fail(503)
+    embedder = make_embedder(server.base_url, max_retries=0)
+    try:
+        with pytest.raises(EmbeddingError) as caught:
+            await embedder.embed(["hello"])
+    finally:
+        await embedder.aclose()
+
+    assert caught.value.code == "embedding_upstream_error"
+    assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize("status", [400, 401, 404])
+async def test_a_client_error_is_not_retried(
+    server: FakeEmbeddingsServer, embedder: OpenAIEmbedder, status: int
+) -> None:
+    server.script(Fail(status))
+
+    with pytest.raises(EmbeddingError) as caught:
+        await embedder.embed(["hello"])
+
+    assert caught.value.code == "embedding_upstream_error"
+    assert str(status) in caught.value.detail
+    assert len(server.requests) == 1
+
+
+async def test_a_hang_past_the_timeout_is_an_embedding_timeout_quickly(
+    server: FakeEmbeddingsServer, embedder: OpenAIEmbedder
+) -> None:
+    server.default = Hang(10.0)
+
+    started = time.monotonic()
+    with pytest.raises(EmbeddingError) as caught:
+        await embedder.embed(["hello"])
+    elapsed = time.monotonic() - started
+
+    assert caught.value.code == "embedding_timeout"
+    assert caught.value.status == 504
+    # Every attempt is cut at the client timeout, nowhere near the server's 10 s.
+    assert len(server.requests) == MAX_RETRIES + 1
+    assert elapsed < (MAX_RETRIES + 1) * TIMEOUT + 2.0
+
+
+async def test_one_hang_then_success_is_retried(
+    server: FakeEmbeddingsServer, embedder: OpenAIEmbedder
+) -> None:
+    server.script(Hang(10.0))
+
+    vectors = await embedder.embed(["hello"])
+
+    assert len(server.requests) == 2
+    assert_close(vectors, [unit(raw_vector("hello"))])
+
+
+async def test_an_unreachable_server_is_embedding_unavailable() -> None:
+    embedder = make_embedder(closed_port_url())
+    try:
+        with pytest.raises(EmbeddingError) as caught:
+            await embedder.embed(["hello"])
+    finally:
+        await embedder.aclose()
+
+    assert caught.value.code == "embedding_unavailable"
+    assert caught.value.status == 503
+
+
+@pytest.mark.parametrize(
+    "behaviour",
+    [Garbage(), Garbage(b""), NoData(), WrongDims(1536), WrongDims(383), Fewer(), ZeroVector()],
+    ids=["html", "empty-body", "no-data", "too-wide", "too-narrow", "fewer-vectors", "zero-vector"],
+)
+async def test_a_malformed_answer_is_embedding_bad_response(
+    server: FakeEmbeddingsServer, embedder: OpenAIEmbedder, behaviour: Behaviour
+) -> None:
+    server.default = behaviour
+
+    with pytest.raises(EmbeddingError) as caught:
+        await embedder.embed(["first text", "second text"])
+
+    assert caught.value.code == "embedding_bad_response"
+    assert caught.value.status == 502
+    # A bounded number of calls, whatever the client's retry policy for bad answers.
+    assert 1 <= len(server.requests) <= MAX_RETRIES + 1
+
+
+# Through the memory API --------------------------------------------------------------------
+
+
+@pytest.fixture
+async def openai_resources(
+    resources: Resources, server: FakeEmbeddingsServer
+) -> AsyncIterator[Resources]:
+    embedder = make_embedder(server.base_url)
+    yield dataclasses.replace(resources, embedder=embedder)
+    await embedder.aclose()
+
+
+async def test_the_api_stores_a_memory_with_the_providers_vector(
+    openai_resources: Resources, server: FakeEmbeddingsServer
+) -> None:
+    tenant = await create_tenant_key(openai_resources)
+    async with make_client(openai_resources, tenant.headers) as client:
+        resp = await client.post("/v1/memories", json={"content": "Alice likes green tea."})
+
+    assert resp.status_code == 201, resp.text
+    assert server.requests[-1].body["input"] == ["Alice likes green tea."]
+    async with openai_resources.sessionmaker() as session:
+        stored = await session.scalar(
+            select(Memory.embedding).where(
+                Memory.tenant_id == tenant.tenant_id, Memory.id == uuid.UUID(resp.json()["id"])
+            )
+        )
+    expected = unit(raw_vector("Alice likes green tea."))
+    got = [float(x) for x in stored]
+    assert len(got) == DIMS
+    # halfvec keeps about three significant digits.
+    assert max(abs(a - b) for a, b in zip(got, expected, strict=True)) < 2e-3
+
+
+FAILURES = [
+    pytest.param(Fail(500), 502, "embedding_upstream_error", id="upstream-500"),
+    pytest.param(Fail(400), 502, "embedding_upstream_error", id="upstream-400"),
+    pytest.param(Garbage(), 502, "embedding_bad_response", id="garbage"),
+    pytest.param(WrongDims(1536), 502, "embedding_bad_response", id="wrong-dims"),
+    pytest.param(Hang(10.0), 504, "embedding_timeout", id="hang"),
+    pytest.param(None, 503, "embedding_unavailable", id="unreachable"),
+]
+
+
+@pytest.mark.parametrize(("behaviour", "status", "code"), FAILURES)
+@pytest.mark.parametrize("path", ["/v1/memories", "/v1/memories/batch"])
+async def test_a_failing_provider_is_a_stable_problem_and_writes_nothing(
+    resources: Resources,
+    server: FakeEmbeddingsServer,
+    behaviour: Behaviour | None,
+    status: int,
+    code: str,
+    path: str,
+) -> None:
+    if behaviour is None:
+        embedder = make_embedder(closed_port_url())
+    else:
+        server.default = behaviour
+        embedder = make_embedder(server.base_url)
+    res = dataclasses.replace(resources, embedder=embedder)
+    tenant = await create_tenant_key(res)
+    item = {"content": "Alice likes green tea."}
+    body = item if path == "/v1/memories" else {"items": [item, {"content": "and coffee"}]}
+    try:
+        async with make_client(res, tenant.headers) as client:
+            resp = await client.post(path, json=body, headers={"Idempotency-Key": "k-1"})
+
+            assert resp.status_code == status, resp.text
+            assert resp.headers["content-type"].startswith("application/problem+json")
+            problem = resp.json()
+            assert problem["type"] == f"https://engram.dev/problems/{code}"
+            assert problem["status"] == status
+            assert problem["title"]
+            assert problem["detail"]
+            assert "Traceback" not in resp.text
+
+            listed = await client.get("/v1/memories")
+            assert listed.status_code == 200
+            assert listed.json()["items"] == []
+
+            # The failed attempt left no idempotency claim behind: once the provider
+            # works, the same key creates the memory instead of replaying the failure.
+            server.default = Succeed()
+            working = make_embedder(server.base_url)
+            res.embedder = working
+            retry = await client.post(path, json=body, headers={"Idempotency-Key": "k-1"})
+            await working.aclose()
+            assert retry.status_code == 201, retry.text
+            assert "Idempotent-Replayed" not in retry.headers
+    finally:
+        await embedder.aclose()
+
+
+async def test_a_timeout_while_changing_content_is_a_504_and_changes_nothing(
+    resources: Resources, server: FakeEmbeddingsServer
+) -> None:
+    embedder = make_embedder(server.base_url)
+    res = dataclasses.replace(resources, embedder=embedder)
+    tenant = await create_tenant_key(res)
+    try:
+        async with make_client(res, tenant.headers) as client:
+            created = await client.post("/v1/memories", json={"content": "old text"})
+            assert created.status_code == 201, created.text
+            memory = created.json()
+
+            server.default = Hang(10.0)
+            resp = await client.patch(f"/v1/memories/{memory['id']}",
+                                      json={"content": "new text", "tags": ["x"]})
+
+            assert resp.status_code == 504, resp.text
+            assert resp.headers["content-type"].startswith("application/problem+json")
+            assert resp.json()["type"] == "https://engram.dev/problems/embedding_timeout"
+            assert (await client.get(f"/v1/memories/{memory['id']}")).json() == memory
+    finally:
+        await embedder.aclose()

@@ -1,0 +1,337 @@
+"""`python -m app` as a real process: key management, migrate, refusals on bad settings,
+and the service itself on the embedded database, stopped with SIGTERM and started again."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from app.migrate import head_revision
+from app.resources import Resources
+from tests.conftest import make_client
+
+pytestmark = pytest.mark.slow
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+CLI_TIMEOUT = 120.0
+READY_TIMEOUT = 90.0
+KEY_PATTERN = re.compile(r"^egm_[A-Za-z0-9_-]{20,}$")
+
+
+def base_env(**settings: str) -> dict[str, str]:
+    """This process's environment without any ENGRAM_* variable, plus `settings`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
+    env.update(HF_HUB_OFFLINE="1", ENGRAM_EMBEDDER="hash")
+    env.update(settings)
+    return env
+
+
+@dataclass
+class Run:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+async def cli(database_url: str, *args: str) -> Run:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "app", *args,
+        cwd=PROJECT_ROOT, env=base_env(ENGRAM_DATABASE_URL=database_url),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), CLI_TIMEOUT)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    assert proc.returncode is not None
+    return Run(proc.returncode, out.decode(), err.decode())
+
+
+def run_sync(*args: str, env: dict[str, str]) -> Run:
+    done = subprocess.run(
+        [sys.executable, "-m", "app", *args], cwd=PROJECT_ROOT, env=env,
+        capture_output=True, text=True, timeout=CLI_TIMEOUT, check=False,
+    )
+    return Run(done.returncode, done.stdout, done.stderr)
+
+
+def meaningful_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip()]
+
+
+# Keys and migrate -----------------------------------------------------------------------
+
+
+async def test_key_lifecycle_create_list_authenticate_revoke(
+    database_url: str, resources: Resources
+) -> None:
+    tenant = f"acme-{uuid.uuid4().hex[:8]}"
+
+    created = await cli(database_url, "keys", "create", "--tenant", tenant, "--name", "ci")
+    assert created.returncode == 0, created.stderr
+    lines = created.stdout.splitlines()
+    assert len(lines) == 1, created.stdout
+    key = lines[0]
+    assert KEY_PATTERN.match(key), key
+    match = re.search(r"key ([0-9a-f-]{36}) for tenant", created.stderr)
+    assert match, created.stderr
+    key_id = match.group(1)
+
+    listed = await cli(database_url, "keys", "list", "--tenant", tenant)
+    assert listed.returncode == 0, listed.stderr
+    [row] = [line for line in listed.stdout.splitlines() if key_id in line]
+    assert key[:12] in row
+    assert "active" in row
+    assert tenant in row
+    assert key not in listed.stdout + listed.stderr
+
+    async with make_client(resources, {"Authorization": f"Bearer {key}"}) as client:
+        assert (await client.get("/v1/memories")).status_code == 200
+        stored = await client.post("/v1/memories", json={"content": "acme's first memory"})
+        assert stored.status_code == 201
+
+        revoked = await cli(database_url, "keys", "revoke", key_id)
+        assert revoked.returncode == 0, revoked.stderr
+        assert key not in revoked.stdout + revoked.stderr
+
+        refused = await client.get("/v1/memories")
+        assert refused.status_code == 401
+        assert refused.headers["content-type"].startswith("application/problem+json")
+        assert (await client.get(f"/v1/memories/{stored.json()['id']}")).status_code == 401
+
+    after = await cli(database_url, "keys", "list", "--tenant", tenant)
+    [row] = [line for line in after.stdout.splitlines() if key_id in line]
+    assert "revoked" in row
+
+    again = await cli(database_url, "keys", "revoke", key_id)
+    assert again.returncode != 0
+    assert key_id in again.stderr
+
+
+async def test_migrate_reports_schema_at_head(database_url: str) -> None:
+    result = await cli(database_url, "migrate")
+
+    assert result.returncode == 0, result.stderr
+    assert meaningful_lines(result.stdout) == [f"schema at head ({head_revision()})"]
+
+
+async def test_an_overlong_tenant_name_is_a_one_line_error_not_a_traceback(
+    database_url: str,
+) -> None:
+    # tenants.name is VARCHAR(100): the CLI refuses it up front (argparse's usage line
+    # plus one error line naming the argument) instead of a database traceback.
+    result = await cli(database_url, "keys", "create", "--tenant", "x" * 101)
+
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.stdout == ""
+    lines = meaningful_lines(result.stderr)
+    assert lines[0].startswith("usage:"), result.stderr
+    assert len(lines) == 2, result.stderr
+    assert "--tenant" in lines[1]
+    assert "1 to 100 characters" in lines[1]
+
+
+def test_migrate_against_an_unreachable_database_is_a_short_error() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"postgresql://engram@127.0.0.1:{port}/engram"
+
+    result = run_sync("migrate", env=base_env(ENGRAM_DATABASE_URL=url))
+
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]
+    lines = meaningful_lines(result.stderr)
+    assert 1 <= len(lines) <= 2, result.stderr
+    assert "database" in result.stderr.lower()
+
+
+# Refusing to start ------------------------------------------------------------------------
+
+
+def test_a_bad_setting_exits_with_one_line_naming_it() -> None:
+    result = run_sync("serve", env=base_env(ENGRAM_PORT="notaport"))
+
+    assert result.returncode != 0
+    lines = meaningful_lines(result.stderr)
+    assert len(lines) == 1, result.stderr
+    assert "ENGRAM_PORT" in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_refuses_to_serve_unauthenticated_on_all_interfaces() -> None:
+    result = run_sync("serve", env=base_env(ENGRAM_HOST="0.0.0.0",
+                                            ENGRAM_AUTH_ENABLED="false"))
+
+    assert result.returncode != 0
+    lines = meaningful_lines(result.stderr)
+    assert len(lines) == 1, result.stderr
+    assert "authentication is disabled" in lines[0]
+    assert "0.0.0.0" in lines[0]
+
+
+# The real service on the embedded database ----------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def postgres_processes(pgdata: Path) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(attrs=["cmdline"]):
+        cmdline = proc.info.get("cmdline") or []
+        if any(str(pgdata) in part for part in cmdline):
+            found.append(proc)
+    return found
+
+
+@dataclass
+class Service:
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    base_url: str
+    env: dict[str, str]
+
+    @property
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                pytest.fail(f"the service exited with {self.process.returncode}:\n{self.log}")
+            try:
+                if httpx.get(self.base_url + "/readyz", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.25)
+        pytest.fail(f"not ready within {READY_TIMEOUT:.0f} s:\n{self.log}")
+
+    def stop(self, timeout: float = 60) -> None:
+        """SIGTERM, then check the shutdown was clean.
+
+        uvicorn (0.29+) shuts down gracefully on SIGTERM and then re-raises the signal so
+        supervisors see why the process ended; an exit status of -SIGTERM after a complete
+        shutdown is therefore as clean as 0. Anything else, or a shutdown that did not
+        finish, is not.
+        """
+        returncode = self._terminate(timeout)
+        assert returncode in (0, -signal.SIGTERM), self.log
+        log = self.log
+        assert "Application shutdown complete" in log, log
+        assert "Traceback" not in log, log
+        assert " ERROR " not in log, log
+
+    def _terminate(self, timeout: float) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            pytest.fail(f"the service ignored SIGTERM for {timeout:.0f} s:\n{self.log}")
+
+
+@pytest.fixture
+def start_service(tmp_path: Path) -> Iterator[Callable[[int], Service]]:
+    started: list[Service] = []
+    data_dir = tmp_path / "data"
+    port = free_port()
+
+    def start(run: int) -> Service:
+        log_path = tmp_path / f"run-{run}.log"
+        env = base_env(ENGRAM_DATA_DIR=str(data_dir), ENGRAM_PORT=str(port),
+                       # Small enough for a busy test machine, and not PostgreSQL's stock
+                       # 128MB, so the first start applies it with a restart.
+                       ENGRAM_EMBEDDED_SHARED_BUFFERS_MB="144",
+                       ENGRAM_EMBEDDED_MAINTENANCE_WORK_MEM_MB="64")
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "app", "serve"], cwd=PROJECT_ROOT, env=env,
+                stdout=log, stderr=subprocess.STDOUT,
+            )
+        service = Service(process, log_path, f"http://127.0.0.1:{port}", env)
+        started.append(service)
+        return service
+
+    yield start
+    for service in started:
+        if service.process.poll() is None:
+            service.process.kill()
+            service.process.wait()
+    # Never leave a server behind, whatever failed above.
+    for proc in postgres_processes(data_dir / "pgdata"):
+        proc.kill()
+
+
+def test_the_service_keeps_data_across_a_sigterm_restart(
+    start_service: Callable[[int], Service], tmp_path: Path
+) -> None:
+    start = start_service
+    pgdata = (tmp_path / "data" / "pgdata").resolve()
+
+    first = start(1)
+    first.wait_ready()
+    created = httpx.post(first.base_url + "/v1/memories", timeout=10,
+                         json={"content": "Kept across restarts.", "tags": ["durable"]})
+    assert created.status_code == 201, created.text
+    memory = created.json()
+    assert postgres_processes(pgdata), "the embedded server should run under the data dir"
+
+    # An operator manages keys while the service runs: the CLI shares the embedded server
+    # and leaves it running when it exits.
+    created_key = run_sync("keys", "create", "--tenant", "acme", env=first.env)
+    assert created_key.returncode == 0, created_key.stderr
+    assert KEY_PATTERN.match(created_key.stdout.strip())
+    assert first.process.poll() is None
+    assert httpx.get(first.base_url + "/readyz", timeout=10).status_code == 200
+    again = httpx.get(f"{first.base_url}/v1/memories/{memory['id']}", timeout=10)
+    assert again.status_code == 200, again.text
+
+    first.stop()
+    assert _gone_soon(pgdata), "the embedded PostgreSQL outlived the service"
+    assert not (pgdata / "postmaster.pid").exists()
+
+    url_lines = [line for line in first.log.splitlines()
+                 if "engram ready at " + first.base_url in line]
+    assert len(url_lines) == 1, first.log
+    assert "embedded PostgreSQL" in url_lines[0]
+
+    second = start(2)
+    second.wait_ready()
+    got = httpx.get(f"{second.base_url}/v1/memories/{memory['id']}", timeout=10)
+    assert got.status_code == 200, got.text
+    assert got.json() == memory
+    second.stop()
+    assert _gone_soon(pgdata), "the embedded PostgreSQL outlived the service"
+
+
+def _gone_soon(pgdata: Path, seconds: float = 10) -> bool:
+    deadline = time.monotonic() + seconds
+    while postgres_processes(pgdata):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True

@@ -1,0 +1,80 @@
+"""Opaque list cursors: what we issue decodes to the same position; anything else is a 422
+that names `cursor`."""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+
+from app.errors import ValidationFailed
+from app.memories.cursor import decode_cursor, encode_cursor
+
+
+@pytest.mark.parametrize(
+    "created_at",
+    [
+        datetime(2026, 1, 31, 12, 0, tzinfo=UTC),
+        datetime(2026, 1, 31, 12, 0, 0, 123456, tzinfo=UTC),
+        datetime(1999, 12, 31, 23, 59, 59, tzinfo=timezone(timedelta(hours=-5))),
+    ],
+)
+def test_round_trip(created_at: datetime) -> None:
+    memory_id = uuid.uuid4()
+
+    cursor = encode_cursor(created_at, memory_id)
+
+    assert decode_cursor(cursor) == (created_at, memory_id)
+    # Opaque and safe in a query string: URL-safe base64 without padding.
+    assert "=" not in cursor
+    assert all(c.isalnum() or c in "-_" for c in cursor)
+
+
+def _b64(raw: str) -> str:
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        "garbage",
+        "!!!not-base64!!!",
+        "",
+        _b64("not json"),
+        _b64("null"),
+        _b64("{}"),
+        _b64('{"a": 1, "b": 2}'),
+        _b64("[1, 2]"),
+        _b64('["2026-01-31T12:00:00+00:00"]'),
+        _b64('["2026-01-31T12:00:00+00:00", "not-a-uuid"]'),
+        _b64(f'["not a date", "{uuid.uuid4()}"]'),
+        # A naive timestamp would compare wrongly against timestamptz.
+        _b64(f'["2026-01-31T12:00:00", "{uuid.uuid4()}"]'),
+        _b64(f'["2026-01-31T12:00:00+00:00", "{uuid.uuid4()}", "extra"]'),
+        base64.urlsafe_b64encode(b"\xff\xfe\xfd").decode(),
+        encode_cursor(datetime(2026, 1, 1, tzinfo=UTC), uuid.uuid4())[:-3],
+    ],
+)
+def test_garbage_is_a_validation_error_naming_cursor(cursor: str) -> None:
+    with pytest.raises(ValidationFailed) as caught:
+        decode_cursor(cursor)
+
+    error = caught.value
+    assert error.status == 422
+    assert error.errors is not None
+    # "cursor" or its dotted location ("query.cursor"), as the API's errors name fields.
+    assert [e.field.rsplit(".", 1)[-1] for e in error.errors] == ["cursor"]
+    assert "cursor" in error.detail
+
+
+def test_cursor_payload_is_json_of_timestamp_and_id() -> None:
+    created_at = datetime(2026, 5, 1, 8, 30, tzinfo=UTC)
+    memory_id = uuid.UUID("01890000-0000-7000-8000-000000000001")
+
+    cursor = encode_cursor(created_at, memory_id)
+    raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+
+    assert json.loads(raw) == [created_at.isoformat(), str(memory_id)]

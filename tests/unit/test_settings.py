@@ -1,0 +1,150 @@
+"""Settings: defaults, the ENGRAM_ prefix, one-line errors, and the refusal to expose an
+unauthenticated service beyond loopback."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from app.settings import Settings, format_settings_error
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ENGRAM_* variable from the developer's shell leaks into these tests."""
+    for name in list(os.environ):
+        if name.startswith("ENGRAM_"):
+            monkeypatch.delenv(name)
+
+
+def load(**kwargs: object) -> Settings:
+    return Settings(_env_file=None, **kwargs)  # type: ignore[call-arg]
+
+
+def test_defaults() -> None:
+    settings = load()
+
+    assert settings.host == "127.0.0.1"
+    assert settings.port == 8080
+    assert settings.data_dir == Path(".engram")
+    assert settings.database_url is None
+    assert settings.async_database_url is None
+    assert settings.auth_enabled is False
+    assert settings.embedder == "local"
+    assert settings.startup_problem() is None
+
+
+def test_reads_engram_prefixed_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENGRAM_PORT", "9123")
+    monkeypatch.setenv("ENGRAM_HOST", "::1")
+    monkeypatch.setenv("ENGRAM_DATA_DIR", "/tmp/engram-x")
+    monkeypatch.setenv("ENGRAM_EMBEDDER", "hash")
+    monkeypatch.setenv("ENGRAM_AUTH_ENABLED", "true")
+    # Unprefixed names are not settings.
+    monkeypatch.setenv("PORT", "1")
+
+    settings = load()
+
+    assert settings.port == 9123
+    assert settings.host == "::1"
+    assert settings.data_dir == Path("/tmp/engram-x")
+    assert settings.embedder == "hash"
+    assert settings.auth_enabled is True
+
+
+def test_a_bad_port_gives_one_line_naming_engram_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENGRAM_PORT", "notaport")
+
+    with pytest.raises(ValidationError) as caught:
+        load()
+
+    message = format_settings_error(caught.value)
+    assert "\n" not in message
+    assert "ENGRAM_PORT" in message
+
+
+@pytest.mark.parametrize("port", ["0", "65536", "-1"])
+def test_an_out_of_range_port_is_refused(monkeypatch: pytest.MonkeyPatch, port: str) -> None:
+    monkeypatch.setenv("ENGRAM_PORT", port)
+
+    with pytest.raises(ValidationError) as caught:
+        load()
+
+    message = format_settings_error(caught.value)
+    assert "\n" not in message
+    assert "ENGRAM_PORT" in message
+
+
+def test_several_bad_settings_still_give_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENGRAM_PORT", "x")
+    monkeypatch.setenv("ENGRAM_EMBEDDER", "gpt-9")
+
+    with pytest.raises(ValidationError) as caught:
+        load()
+
+    message = format_settings_error(caught.value)
+    assert "\n" not in message
+    assert "ENGRAM_PORT" in message
+    assert "ENGRAM_EMBEDDER" in message
+
+
+def test_startup_problem_when_auth_is_disabled_on_all_interfaces() -> None:
+    problem = load(host="0.0.0.0").startup_problem()
+
+    assert problem is not None
+    assert "\n" not in problem
+    assert "ENGRAM_AUTH_ENABLED" in problem
+    assert "0.0.0.0" in problem
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.10", "engram.example.com"])
+def test_non_loopback_hosts_need_auth(host: str) -> None:
+    assert load(host=host).startup_problem() is not None
+    assert load(host=host, auth_enabled=True).startup_problem() is None
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1", "localhost", "127.0.0.2"])
+def test_loopback_hosts_start_without_auth(host: str) -> None:
+    assert load(host=host).startup_problem() is None
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("postgresql://u:p@db:5432/engram", "postgresql+asyncpg://u:p@db:5432/engram"),
+        ("postgres://u@db/engram", "postgresql+asyncpg://u@db/engram"),
+        ("postgresql+asyncpg://u@db/engram", "postgresql+asyncpg://u@db/engram"),
+    ],
+)
+def test_database_url_is_normalised_for_asyncpg(given: str, expected: str) -> None:
+    settings = load(database_url=given)
+
+    assert settings.database_url == given
+    assert settings.async_database_url == expected
+
+
+def test_an_empty_database_url_means_embedded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENGRAM_DATABASE_URL", "")
+
+    assert load().async_database_url is None
+
+
+def test_a_non_postgres_database_url_is_refused() -> None:
+    with pytest.raises(ValidationError) as caught:
+        load(database_url="mysql://u@db/engram")
+
+    message = format_settings_error(caught.value)
+    assert "ENGRAM_DATABASE_URL" in message
+    assert "\n" not in message
+
+
+def test_openai_embedder_needs_a_key_for_the_public_api() -> None:
+    with pytest.raises(ValidationError) as caught:
+        load(embedder="openai")
+    assert "ENGRAM_OPENAI_API_KEY" in format_settings_error(caught.value)
+
+    local = load(embedder="openai", openai_base_url="http://127.0.0.1:9999/v1/")
+    assert local.openai_base_url == "http://127.0.0.1:9999/v1"
