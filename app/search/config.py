@@ -1,0 +1,31 @@
+"""Builds the search pipeline and the retrieval limits from Settings."""
+
+from __future__ import annotations
+
+from app.search.pipeline import PipelineConfig, SearchPipeline
+from app.search.repository import RetrievalLimits
+from app.settings import Settings
+
+
+def build_pipeline(settings: Settings) -> SearchPipeline:
+    return SearchPipeline.from_config(PipelineConfig(
+        rrf_k=settings.search_rrf_k,
+        vector_weight=settings.search_vector_weight,
+        text_weight=settings.search_text_weight,
+        importance_weight=settings.search_importance_weight,
+        recency_weight=settings.search_recency_weight,
+        recency_half_life_days=settings.search_recency_half_life_days,
+        summary_downweight_factor=settings.summary_downweight_factor,
+        summary_boost_factor=settings.summary_boost_factor,
+    ))
+
+
+def build_limits(settings: Settings) -> RetrievalLimits:
+    return RetrievalLimits(
+        vector_candidates=settings.search_vector_candidates,
+        text_candidates=settings.search_text_candidates,
+        exact_below=settings.search_exact_below,
+        text_match_cap=settings.search_text_match_cap,
+        bm25_k1=settings.search_bm25_k1,
+        bm25_b=settings.search_bm25_b,
+    )

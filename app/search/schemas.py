@@ -1,0 +1,48 @@
+"""Request and response bodies of `POST /v1/search`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+
+from app.memories.schemas import Memory
+from app.validation import Category, ScopeId, Tag, storable_text
+
+QueryText = Annotated[
+    str,
+    StringConstraints(strip_whitespace=True, min_length=1, max_length=4096),
+    AfterValidator(storable_text),
+]
+
+
+class SearchRequest(BaseModel):
+    """A query and the scope it searches; unknown fields are refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: QueryText
+    user_id: ScopeId | None = None
+    agent_id: ScopeId | None = None
+    session_id: ScopeId | None = None
+    namespace: ScopeId | None = None
+    tags: Annotated[list[Tag], Field(max_length=64)] | None = Field(
+        default=None, description="All must match."
+    )
+    categories: Annotated[list[Category], Field(max_length=64)] | None = Field(
+        default=None, description="Any may match."
+    )
+    top_k: int = Field(default=10, ge=1, le=100)
+    include_summaries: bool = True
+    explain: bool = Field(default=False, description="Add per-stage scores to each result.")
+
+
+class SearchResult(BaseModel):
+    memory: Memory
+    score: float
+    explanation: dict[str, dict[str, Any]] | None = None
+
+
+class SearchResponse(BaseModel):
+    results: list[SearchResult]
+    query_style: Literal["summary", "regular"]

@@ -1,0 +1,92 @@
+"""Value types the pipeline passes between stages: candidates, the analysed query, the context.
+
+Everything here is frozen: a stage never mutates what it was given, it returns a
+new context built with `dataclasses.replace`, so each stage can be tested alone
+and a context seen by one stage is never changed behind its back by the next.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Literal
+
+QueryStyle = Literal["summary", "regular"]
+
+FACT = "fact"
+SUMMARY = "summary"
+
+ExplanationValue = float | int | bool | str | None
+StageExplanation = dict[str, ExplanationValue]
+Explanation = dict[str, StageExplanation]
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One memory that came out of candidate retrieval, with its scores so far.
+
+    Ranks are 1-based positions in the vector list and in the full-text list;
+    `None` means the memory was not in that list.
+    """
+
+    memory_id: uuid.UUID
+    # The service's memory row; the pipeline never looks inside it.
+    payload: object = field(hash=False)
+    importance: float
+    created_at: datetime
+    fact_role: str
+    vector_rank: int | None = None
+    vector_similarity: float | None = None
+    text_rank: int | None = None
+    text_score: float | None = None
+    score: float = 0.0
+    explanation: Explanation = field(default_factory=dict, hash=False)
+
+    @property
+    def is_summary(self) -> bool:
+        return self.fact_role == SUMMARY
+
+    def rescored(
+        self, score: float, stage: str | None = None, details: StageExplanation | None = None
+    ) -> Candidate:
+        """A copy with a new score and, when `details` is given, `stage`'s explanation added.
+
+        The explanation dict is copied, never updated in place, so earlier
+        contexts keep the explanation they had.
+        """
+        if stage is None or details is None:
+            return replace(self, score=score)
+        return replace(self, score=score, explanation={**self.explanation, stage: details})
+
+
+@dataclass(frozen=True, slots=True)
+class QueryAnalysis:
+    """The query as the pipeline sees it: text, style and (for dense retrieval) its vector."""
+
+    text: str
+    style: QueryStyle
+    embedding: tuple[float, ...] | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchContext:
+    """What flows through the stages: the query, the candidates, and the request's parameters."""
+
+    query: QueryAnalysis
+    candidates: tuple[Candidate, ...]
+    top_k: int
+    now: datetime
+    include_summaries: bool = True
+    explain: bool = False
+
+    def __post_init__(self) -> None:
+        if self.top_k < 1:
+            raise ValueError("top_k must be at least 1")
+        # Recency subtracts created_at from now; a naive `now` would fail on the
+        # first aware timestamp, so refuse it up front.
+        if self.now.tzinfo is None:
+            raise ValueError("now must be timezone-aware")
+
+    def with_candidates(self, candidates: tuple[Candidate, ...]) -> SearchContext:
+        return replace(self, candidates=candidates)

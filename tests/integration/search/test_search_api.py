@@ -1,0 +1,709 @@
+"""`POST /v1/search` end to end over HTTP with the real database and the hash embedder:
+ordering, explain, filters that never leak (scope, tags, categories, tenant, expiry,
+archive), summaries and their down-weight, the indexed date, BM25, validation, and both
+vector paths (exact scan for a small scope, HNSW iterative scan for a large one)."""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import event, text
+
+from app.ids import uuid7
+from app.resources import Resources
+from tests.conftest import TenantKey, create_tenant_key, make_client
+
+PROBLEM_JSON = "application/problem+json"
+STAGES = ("fusion", "scoring", "summary_downweight", "cut")
+HNSW_INDEX = "ix_memories_embedding_hnsw"
+# Scopes at or above this many rows take the HNSW path in the `hnsw` variant.
+SMALL_EXACT_BELOW = 5
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+async def seed(client: httpx.AsyncClient, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    resp = await client.post("/v1/memories/batch", json={"items": items})
+    assert resp.status_code == 201, resp.text
+    created: list[dict[str, Any]] = resp.json()["items"]
+    return created
+
+
+async def search(client: httpx.AsyncClient, query: str, **body: Any) -> dict[str, Any]:
+    resp = await client.post("/v1/search", json={"query": query, **body})
+    assert resp.status_code == 200, resp.text
+    answer: dict[str, Any] = resp.json()
+    assert set(answer) == {"results", "query_style"}
+    assert answer["query_style"] in {"summary", "regular"}
+    return answer
+
+
+def ids_of(answer: dict[str, Any]) -> list[str]:
+    return [r["memory"]["id"] for r in answer["results"]]
+
+
+def by_id(answer: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {r["memory"]["id"]: r for r in answer["results"]}
+
+
+def vector_literal(vector: list[float]) -> str:
+    return "[" + ",".join(f"{x:.6f}" for x in vector) + "]"
+
+
+async def insert_summary(resources: Resources, tenant_id: uuid.UUID, content: str,
+                         covers: list[str], *, embedding: list[float] | None = None,
+                         **scope: str | None) -> str:
+    """A summary row written as consolidation writes one: fact_role and source 'summary',
+    `summary_of` naming the facts it covers. Its vector is `embedding` or its content's."""
+    if embedding is None:
+        (embedding,) = await resources.embedder.embed([content])
+    summary_id = uuid7()
+    async with resources.sessionmaker() as session:
+        await session.execute(
+            text(
+                "INSERT INTO memories (tenant_id, id, content, user_id, agent_id, session_id,"
+                " namespace, fact_role, source, summary_of, importance, embedding) VALUES"
+                " (:tenant_id, :id, :content, :user_id, :agent_id, :session_id, :namespace,"
+                " 'summary', 'summary', CAST(:summary_of AS uuid[]), 0.7,"
+                " CAST(:embedding AS halfvec(384)))"
+            ),
+            {
+                "tenant_id": tenant_id, "id": summary_id, "content": content,
+                "user_id": scope.get("user_id"), "agent_id": scope.get("agent_id"),
+                "session_id": scope.get("session_id"), "namespace": scope.get("namespace"),
+                "summary_of": [uuid.UUID(i) for i in covers],
+                "embedding": vector_literal(embedding),
+            },
+        )
+        await session.commit()
+    return str(summary_id)
+
+
+async def fact_embedding(resources: Resources, tenant_id: uuid.UUID, memory_id: str) -> list[float]:
+    async with resources.sessionmaker() as session:
+        raw = (await session.execute(
+            text("SELECT embedding::text FROM memories WHERE tenant_id = :t AND id = :id"),
+            {"t": tenant_id, "id": uuid.UUID(memory_id)},
+        )).scalar_one()
+    return [float(x) for x in raw.strip("[]").split(",")]
+
+
+def assert_validation_problem(resp: httpx.Response, field: str) -> None:
+    assert resp.status_code == 422, resp.text
+    assert resp.headers["content-type"] == PROBLEM_JSON
+    body = resp.json()
+    assert body["status"] == 422
+    assert body["type"].endswith("/validation_error")
+    assert body["detail"]
+    fields = [e["field"] for e in body["errors"]]
+    assert field in fields, fields
+
+
+# --- fixtures --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hnsw_resources(resources: Resources) -> Resources:
+    """The suite's resources with every scope of SMALL_EXACT_BELOW rows or more on HNSW."""
+    settings = resources.settings.model_copy(update={"search_exact_below": SMALL_EXACT_BELOW})
+    return Resources(settings, resources.engine, resources.sessionmaker, resources.embedder)
+
+
+@pytest.fixture(params=["exact", "hnsw"])
+async def any_client(request: pytest.FixtureRequest, resources: Resources,
+                     hnsw_resources: Resources, tenant: TenantKey,
+                     ) -> AsyncIterator[httpx.AsyncClient]:
+    """The fresh tenant's client, once with the default settings (every scope in these tests
+    is exact) and once with the HNSW path for all but the tiniest scopes."""
+    chosen = resources if request.param == "exact" else hnsw_resources
+    async with make_client(chosen, tenant.headers) as c:
+        yield c
+
+
+@pytest.fixture
+def captured_sql(resources: Resources) -> Iterator[list[tuple[str, Any]]]:
+    """Every statement the engine sends while the test runs, with its parameters."""
+    seen: list[tuple[str, Any]] = []
+
+    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any,
+                executemany: bool) -> None:
+        seen.append((statement, parameters))
+
+    sync_engine = resources.engine.sync_engine
+    event.listen(sync_engine, "before_cursor_execute", capture)
+    try:
+        yield seen
+    finally:
+        event.remove(sync_engine, "before_cursor_execute", capture)
+
+
+def plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", []):
+        yield from plan_nodes(child)
+
+
+async def vector_branch_rows(resources: Resources, statement: str,
+                             parameters: Any) -> dict[str, int]:
+    """Rows each vector branch produced when `statement` runs again under EXPLAIN ANALYZE.
+
+    The two branches are gated by one-time filters on the `small` CTE: the exact scan on
+    `(InitPlan n)`, the approximate one on `(NOT (InitPlan n))`. `hnsw_index` counts rows
+    out of the HNSW index itself, which the planner may skip for a scope this small.
+    """
+    async with resources.engine.connect() as conn:
+        raw = (await conn.exec_driver_sql(
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + statement, parameters
+        )).scalar_one()
+    plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+    rows = {"exact": 0, "ann": 0, "hnsw_index": 0}
+    for node in plan_nodes(plan):
+        produced = int(node.get("Actual Rows", 0) * node.get("Actual Loops", 0))
+        gate = node.get("One-Time Filter", "")
+        if "InitPlan" in gate:
+            rows["ann" if gate.startswith("(NOT") else "exact"] += produced
+        if node.get("Index Name") == HNSW_INDEX:
+            rows["hnsw_index"] += produced
+    return rows
+
+
+# --- response shape and ordering -------------------------------------------------------------
+
+
+async def test_results_are_ordered_by_score_and_carry_no_explanation_by_default(
+    client: httpx.AsyncClient,
+) -> None:
+    await seed(client, [
+        {"content": "Alice adopted a grey cat named Miso", "importance": 0.2},
+        {"content": "Alice's cat Miso likes tuna", "importance": 0.9},
+        {"content": "Bob prefers dogs over cats"},
+        {"content": "The quarterly report is due on Friday"},
+        {"content": "Alice moved to Lisbon in March"},
+        {"content": "Miso the cat sleeps on the sofa all day"},
+    ])
+
+    answer = await search(client, "What is the name of Alice's cat?")
+
+    assert answer["query_style"] == "regular"
+    scores = [r["score"] for r in answer["results"]]
+    assert len(scores) == 6
+    assert scores == sorted(scores, reverse=True)
+    assert all(isinstance(s, float) and math.isfinite(s) for s in scores)
+    assert all(r["explanation"] is None for r in answer["results"])
+    assert answer["results"][0]["memory"]["content"] in {
+        "Alice adopted a grey cat named Miso", "Alice's cat Miso likes tuna"}
+    first = answer["results"][0]["memory"]
+    assert set(first) >= {"id", "content", "fact_role", "created_at", "summary_of"}
+
+
+@pytest.mark.parametrize(("query", "style"), [
+    ("summarize our conversation", "summary"),
+    ("Give me a recap of what we discussed about the trip", "summary"),
+    ("tl;dr", "summary"),
+    ("What is the name of Alice's cat?", "regular"),
+    ("where is the recap tool documented?", "regular"),
+])
+async def test_query_style_is_always_returned(
+    client: httpx.AsyncClient, query: str, style: str,
+) -> None:
+    empty = await search(client, query)
+    await seed(client, [{"content": "Alice's cat is called Miso"}])
+    filled = await search(client, query, explain=True)
+
+    assert empty == {"results": [], "query_style": style}
+    assert filled["query_style"] == style
+    assert len(filled["results"]) == 1
+
+
+async def test_explain_reports_every_stage_for_every_result(client: httpx.AsyncClient) -> None:
+    created = await seed(client, [
+        {"content": "The Lisbon flight leaves at nine", "importance": 0.8},
+        {"content": "Lisbon hotel is near the river"},
+        {"content": "Quarterly budget review with finance"},
+    ])
+    budget_id = created[2]["id"]
+
+    answer = await search(client, "when does the Lisbon flight leave", explain=True)
+
+    results = answer["results"]
+    assert len(results) == 3
+    for position, result in enumerate(results, 1):
+        explanation = result["explanation"]
+        assert set(explanation) == set(STAGES), explanation
+        fusion, scoring = explanation["fusion"], explanation["scoring"]
+        downweight, cut = explanation["summary_downweight"], explanation["cut"]
+        assert set(fusion) >= {"vector_rank", "vector_similarity", "text_rank", "text_score",
+                               "vector_term", "text_term", "rrf", "score"}
+        assert set(scoring) >= {"relevance", "importance", "importance_term", "age_days",
+                                "recency", "recency_term", "score"}
+        assert set(downweight) >= {"is_summary", "applied", "multiplier", "score_before",
+                                   "score"}
+        # The stages chain: each one starts from the score the previous one left.
+        assert scoring["relevance"] == pytest.approx(fusion["score"])
+        assert scoring["score"] == pytest.approx(
+            scoring["relevance"] + scoring["importance_term"] + scoring["recency_term"])
+        assert downweight["score_before"] == pytest.approx(scoring["score"])
+        assert downweight == {**downweight, "is_summary": False, "applied": False,
+                              "multiplier": 1.0}
+        assert result["score"] == pytest.approx(downweight["score"])
+        assert cut == {"rank": position}
+        assert scoring["importance"] == pytest.approx(result["memory"]["importance"])
+        # Every row of a 3-row scope is in the vector list.
+        assert fusion["vector_rank"] in {1, 2, 3}
+        assert -1.0 <= fusion["vector_similarity"] <= 1.0
+
+    top = results[0]
+    assert top["memory"]["content"] == "The Lisbon flight leaves at nine"
+    assert top["explanation"]["fusion"]["vector_rank"] == 1
+    assert top["explanation"]["fusion"]["text_rank"] == 1
+    assert top["explanation"]["fusion"]["text_score"] > 0
+    # No query word is in the budget memory: only the vector list found it.
+    budget = by_id(answer)[budget_id]["explanation"]["fusion"]
+    assert budget["text_rank"] is None
+    assert budget["text_score"] is None
+    assert budget["text_term"] == 0.0
+
+
+async def test_a_query_that_matches_nothing_returns_an_empty_list(
+    client: httpx.AsyncClient,
+) -> None:
+    assert await search(client, "anything at all") == {"results": [], "query_style": "regular"}
+
+    await seed(client, [{"content": "Alice likes jazz", "user_id": "alice"}])
+
+    for body in ({"user_id": "nobody"}, {"tags": ["absent"]}, {"categories": ["absent"]},
+                 {"namespace": "absent"}):
+        answer = await search(client, "Alice likes jazz", **body)
+        assert answer["results"] == [], body
+
+
+async def test_top_k_caps_the_results(client: httpx.AsyncClient) -> None:
+    await seed(client, [{"content": f"note {i} about the garden"} for i in range(12)])
+
+    default = await search(client, "garden")
+    three = await search(client, "garden", top_k=3)
+    all_of_them = await search(client, "garden", top_k=100)
+    one = await search(client, "garden", top_k=1)
+
+    assert len(default["results"]) == 10
+    assert len(three["results"]) == 3
+    assert len(all_of_them["results"]) == 12
+    assert len(one["results"]) == 1
+    assert ids_of(three) == ids_of(all_of_them)[:3]
+    assert ids_of(one) == ids_of(all_of_them)[:1]
+
+
+# --- filters never leak ----------------------------------------------------------------------
+
+
+SCOPE_FILTERS: list[dict[str, Any]] = [
+    {"user_id": "u1"},
+    {"agent_id": "a2"},
+    {"session_id": "s1"},
+    {"namespace": "n2"},
+    {"user_id": "u2", "session_id": "s2"},
+    {"user_id": "u1", "agent_id": "a1", "session_id": "s2", "namespace": "n1"},
+]
+
+
+async def test_scope_filters_return_exactly_the_rows_in_scope(
+    any_client: httpx.AsyncClient,
+) -> None:
+    items = [
+        {"content": f"packing list for the ski trip, copy {u}{a}{s}{n}",
+         "user_id": f"u{u}", "agent_id": f"a{a}", "session_id": f"s{s}", "namespace": f"n{n}"}
+        for u in (1, 2) for a in (1, 2) for s in (1, 2) for n in (1, 2)
+    ]
+    # Rows without any scope must not match a scope filter either.
+    items.append({"content": "packing list for the ski trip, unscoped"})
+    created = await seed(any_client, items)
+
+    for scope in SCOPE_FILTERS:
+        answer = await search(any_client, "packing list for the ski trip", top_k=100, **scope)
+        expected = {m["id"] for m in created
+                    if all(m[field] == value for field, value in scope.items())}
+        assert set(ids_of(answer)) == expected, scope
+        for result in answer["results"]:
+            for field, value in scope.items():
+                assert result["memory"][field] == value, (scope, result["memory"])
+
+    unscoped = await search(any_client, "packing list for the ski trip", top_k=100)
+    assert len(unscoped["results"]) == 17
+
+
+async def test_tags_must_all_match_and_categories_any(any_client: httpx.AsyncClient) -> None:
+    rows = [
+        ("red", []), ("red", ["a"]), ("red", ["a", "b"]), ("blue", ["b"]),
+        ("blue", ["a", "b", "c"]), ("green", ["c"]), ("green", ["a", "b"]),
+    ]
+    created = await seed(any_client, [
+        {"content": f"weekly grocery order number {i}", "category": category, "tags": tags,
+         "user_id": "u1" if i % 2 else "u2"}
+        for i, (category, tags) in enumerate(rows)
+    ])
+
+    cases: list[dict[str, Any]] = [
+        {"tags": ["a"]},
+        {"tags": ["a", "b"]},
+        {"tags": ["b", "c"]},
+        {"categories": ["red"]},
+        {"categories": ["red", "green"]},
+        {"tags": ["a", "b"], "categories": ["blue", "green"]},
+        {"tags": ["a"], "categories": ["red"], "user_id": "u1"},
+    ]
+    for case in cases:
+        answer = await search(any_client, "weekly grocery order", top_k=100, **case)
+        expected = {
+            m["id"] for m in created
+            if set(case.get("tags", [])) <= set(m["tags"])
+            and ("categories" not in case or m["category"] in case["categories"])
+            and ("user_id" not in case or m["user_id"] == case["user_id"])
+        }
+        assert expected, case
+        assert set(ids_of(answer)) == expected, case
+
+
+async def test_another_tenants_memory_never_returns_even_as_the_best_match(
+    resources: Resources, hnsw_resources: Resources, client: httpx.AsyncClient,
+    tenant: TenantKey,
+) -> None:
+    secret = "Carol's bank PIN is 4721 and her safe code is 9931"
+    other = await create_tenant_key(resources)
+    async with make_client(resources, other.headers) as other_client:
+        [theirs] = await seed(other_client, [{"content": secret, "user_id": "u1"}])
+        mine = await seed(client, [
+            {"content": f"shopping note {i}: buy bread and milk", "user_id": "u1"}
+            for i in range(8)
+        ])
+        async with make_client(hnsw_resources, tenant.headers) as hnsw_client:
+            for c in (client, hnsw_client):
+                for scope in ({}, {"user_id": "u1"}):
+                    answer = await search(c, secret, top_k=100, **scope)
+                    assert theirs["id"] not in ids_of(answer)
+                    assert set(ids_of(answer)) == {m["id"] for m in mine}
+
+        # The owner does find it, first.
+        own = await search(other_client, secret)
+        assert ids_of(own) == [theirs["id"]]
+
+
+async def test_expired_memories_never_return(any_client: httpx.AsyncClient) -> None:
+    now = datetime.now(UTC)
+    created = await seed(any_client, [
+        {"content": "The wifi password is hunter2", "expires_at": (now - timedelta(
+            seconds=1)).isoformat()},
+        {"content": "The wifi password is swordfish", "expires_at": (now - timedelta(
+            days=30)).isoformat()},
+        {"content": "The wifi password is tr0ub4dor", "expires_at": (now + timedelta(
+            days=30)).isoformat()},
+        {"content": "The wifi password is correct-horse"},
+        *({"content": f"The guest wifi password was p{i}", "expires_at": (now - timedelta(
+            hours=1)).isoformat()} for i in range(6)),
+    ])
+    alive = {created[2]["id"], created[3]["id"]}
+
+    for query in ("The wifi password is hunter2", "wifi password"):
+        answer = await search(any_client, query, top_k=100)
+        assert set(ids_of(answer)) == alive, query
+
+
+async def test_archived_memories_never_return(
+    resources: Resources, any_client: httpx.AsyncClient, tenant: TenantKey,
+) -> None:
+    created = await seed(any_client, [
+        {"content": f"Dentist appointment moved to slot {i}", "user_id": "u1"} for i in range(8)
+    ])
+    archived = [m["id"] for m in created[:5]]
+    async with resources.sessionmaker() as session:
+        await session.execute(
+            text("UPDATE memories SET archived_at = now() "
+                 "WHERE tenant_id = :t AND id = ANY(CAST(:ids AS uuid[]))"),
+            {"t": tenant.tenant_id, "ids": [uuid.UUID(i) for i in archived]},
+        )
+        await session.commit()
+
+    for scope in ({}, {"user_id": "u1"}):
+        answer = await search(any_client, "Dentist appointment moved to slot 0", top_k=100,
+                              **scope)
+        assert set(ids_of(answer)) == {m["id"] for m in created[5:]}, scope
+
+
+# --- summaries -------------------------------------------------------------------------------
+
+
+TRIP_FACTS = [
+    "The Lisbon flight leaves Tuesday at nine",
+    "The Lisbon hotel is the Almalusa near the river",
+    "We plan a museum visit in Lisbon on Wednesday",
+    "Alice's cat Miso likes tuna",
+]
+TRIP_SUMMARY = "Recap of the Lisbon trip plan: flight Tuesday, hotel near the river, museum visit"
+
+
+async def seed_trip(resources: Resources, client: httpx.AsyncClient,
+                    tenant: TenantKey) -> tuple[list[dict[str, Any]], str]:
+    facts = await seed(client, [{"content": c, "user_id": "u1"} for c in TRIP_FACTS])
+    summary_id = await insert_summary(resources, tenant.tenant_id, TRIP_SUMMARY,
+                                      [m["id"] for m in facts[:3]], user_id="u1")
+    return facts, summary_id
+
+
+async def test_include_summaries_false_removes_summaries(
+    resources: Resources, client: httpx.AsyncClient, tenant: TenantKey,
+) -> None:
+    facts = await seed(client, [{"content": c, "user_id": "u1"} for c in TRIP_FACTS])
+    # A summary that sits exactly where the flight fact sits.
+    flight_vector = await fact_embedding(resources, tenant.tenant_id, facts[0]["id"])
+    summary_id = await insert_summary(resources, tenant.tenant_id, TRIP_SUMMARY,
+                                      [m["id"] for m in facts[:3]], embedding=flight_vector,
+                                      user_id="u1")
+
+    for query in ("Lisbon flight", "Give me a recap of the Lisbon trip"):
+        with_summaries = await search(client, query, top_k=100)
+        without = await search(client, query, top_k=100, include_summaries=False)
+        scoped_without = await search(client, query, top_k=100, include_summaries=False,
+                                      user_id="u1")
+
+        assert summary_id in ids_of(with_summaries), query
+        summary = by_id(with_summaries)[summary_id]["memory"]
+        assert summary["fact_role"] == "summary"
+        assert set(summary["summary_of"]) == {m["id"] for m in facts[:3]}
+        for answer in (without, scoped_without):
+            assert set(ids_of(answer)) == {m["id"] for m in facts}, query
+            assert all(r["memory"]["fact_role"] == "fact" for r in answer["results"])
+
+
+async def test_regular_query_halves_a_summarys_score_and_ranks_the_fact_above_it(
+    resources: Resources, client: httpx.AsyncClient, tenant: TenantKey,
+) -> None:
+    facts, summary_id = await seed_trip(resources, client, tenant)
+
+    # Every content word of the summary: before the down-weight it is first in both lists.
+    answer = await search(client, "Lisbon trip plan flight Tuesday hotel river museum visit",
+                          explain=True)
+
+    assert answer["query_style"] == "regular"
+    summary = by_id(answer)[summary_id]
+    downweight = summary["explanation"]["summary_downweight"]
+    assert downweight["is_summary"] is True
+    assert downweight["applied"] is True
+    assert downweight["multiplier"] == 0.5
+    assert downweight["score"] == pytest.approx(downweight["score_before"] * 0.5)
+    assert summary["score"] == pytest.approx(downweight["score"])
+    fusion = summary["explanation"]["fusion"]
+    assert (fusion["vector_rank"], fusion["text_rank"]) == (1, 1)
+    # ... and after it, the facts it covers come first.
+    ranked = ids_of(answer)
+    assert ranked.index(summary_id) > ranked.index(facts[0]["id"])
+    assert ranked[0] != summary_id
+    for result in answer["results"]:
+        if result["memory"]["fact_role"] == "fact":
+            assert result["explanation"]["summary_downweight"]["applied"] is False
+            assert result["explanation"]["summary_downweight"]["multiplier"] == 1.0
+
+
+async def test_summary_style_query_leaves_the_summary_and_gets_it_first(
+    resources: Resources, client: httpx.AsyncClient, tenant: TenantKey,
+) -> None:
+    _, summary_id = await seed_trip(resources, client, tenant)
+
+    answer = await search(client, "Give me a recap of the Lisbon trip plan", explain=True)
+
+    assert answer["query_style"] == "summary"
+    assert ids_of(answer)[0] == summary_id
+    downweight = answer["results"][0]["explanation"]["summary_downweight"]
+    assert downweight["is_summary"] is True
+    assert downweight["applied"] is False
+    # Left as it is, or raised by the optional boost (1.0 by default: no change).
+    boost = resources.settings.summary_boost_factor
+    assert downweight["multiplier"] == boost
+    assert downweight["score"] == pytest.approx(downweight["score_before"] * boost)
+
+
+# --- full text: the date and BM25 ------------------------------------------------------------
+
+
+async def test_the_utc_date_is_searchable_through_the_text_list(
+    client: httpx.AsyncClient,
+) -> None:
+    created = await seed(client, [
+        {"content": "We booked the venue for the party", "created_at": "2023-05-08T10:00:00Z"},
+        {"content": "We booked the caterer for the party", "created_at": "2023-06-12T10:00:00Z"},
+        {"content": "We booked the band for the party", "created_at": "2022-11-03T10:00:00Z"},
+        # 23:30 at UTC-2 is 01:30 UTC the next day: indexed as 9 May 2023.
+        {"content": "We booked the florist for the party",
+         "created_at": "2023-05-08T23:30:00-02:00"},
+    ])
+    venue, florist = created[0]["id"], created[3]["id"]
+
+    answer = await search(client, "What happened on 8 May 2023?", explain=True)
+
+    # No word of the venue memory is in the query: only its date matches.
+    fusion = by_id(answer)[venue]["explanation"]["fusion"]
+    assert fusion["text_rank"] == 1
+    assert fusion["text_score"] > 0
+
+    next_day = await search(client, "What happened on 9 May 2023?", explain=True)
+    assert by_id(next_day)[florist]["explanation"]["fusion"]["text_rank"] == 1
+    assert by_id(next_day)[venue]["explanation"]["fusion"]["text_rank"] != 1
+
+
+async def test_bm25_prefers_a_rare_term_match_over_a_common_one(
+    client: httpx.AsyncClient,
+) -> None:
+    created = await seed(client, [
+        *({"content": f"Morning coffee with colleague number {i}"} for i in range(15)),
+        {"content": "Morning saxophone with colleague number 99"},
+    ])
+    rare = created[-1]["id"]
+
+    answer = await search(client, "coffee saxophone", top_k=100, explain=True)
+
+    fusion = {mid: r["explanation"]["fusion"] for mid, r in by_id(answer).items()}
+    assert fusion[rare]["text_rank"] == 1
+    common_scores = [f["text_score"] for mid, f in fusion.items() if mid != rare]
+    assert len(common_scores) == 15
+    assert all(s is not None and 0 < s < fusion[rare]["text_score"] for s in common_scores)
+
+
+async def test_bm25_uses_the_configured_k1_and_b(
+    resources: Resources, client: httpx.AsyncClient, tenant: TenantKey,
+) -> None:
+    """text_score is Okapi BM25 with the settings' k1 and b, from the scope's term statistics:
+    idf = ln(1 + (N - df + 0.5) / (df + 0.5)) over the N rows in scope, document length =
+    lexemes in the row's tsvector, average length over the matching rows. With b > 0 the
+    shorter of two rows that hold the term once scores higher."""
+    settings = resources.settings
+    created = await seed(client, [
+        {"content": "saxophone", "created_at": "2024-02-01T09:00:00Z"},
+        {"content": "saxophone practice with the jazz band every Tuesday evening downtown",
+         "created_at": "2024-02-01T09:00:00Z"},
+        {"content": "saxophone and more saxophone lessons", "created_at": "2024-02-01T09:00:00Z"},
+        *({"content": f"coffee with colleague number {i}", "created_at": "2024-02-01T09:00:00Z"}
+          for i in range(5)),
+    ])
+    short, long, twice = (m["id"] for m in created[:3])
+    async with resources.sessionmaker() as session:
+        stats = {
+            str(row.id): (row.dl, row.tf)
+            for row in await session.execute(
+                text("SELECT id, length(tsv) AS dl, (SELECT coalesce(array_length(positions, 1),"
+                     " 1) FROM unnest(tsv) WHERE lexeme = 'saxophon') AS tf FROM memories"
+                     " WHERE tenant_id = :t"),
+                {"t": tenant.tenant_id},
+            )
+        }
+    matching = {i: s for i, s in stats.items() if s[1] is not None}
+    assert set(matching) == {short, long, twice}
+    assert matching[twice][1] == 2
+    n, df = len(stats), len(matching)
+    idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+    avgdl = sum(dl for dl, _ in matching.values()) / df
+    k1, b = settings.search_bm25_k1, settings.search_bm25_b
+    assert (k1, b) == (1.2, 0.75)
+
+    answer = await search(client, "saxophone", top_k=100, explain=True)
+
+    scores = {mid: r["explanation"]["fusion"]["text_score"] for mid, r in by_id(answer).items()}
+    for memory_id, (dl, tf) in matching.items():
+        expected = idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))
+        assert scores[memory_id] == pytest.approx(expected, rel=1e-6), (memory_id, dl, tf)
+    assert scores[short] > scores[long]
+
+
+# --- validation ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"query": ""}, "query"),
+    ({"query": "   \n\t "}, "query"),
+    ({"query": "x" * 4097}, "query"),
+    ({"query": "bad \x00 byte"}, "query"),
+    ({}, "query"),
+    ({"query": None}, "query"),
+    ({"query": "ok", "top_k": 0}, "top_k"),
+    ({"query": "ok", "top_k": 101}, "top_k"),
+    ({"query": "ok", "top_k": "ten"}, "top_k"),
+    ({"query": "ok", "filters": {"user_id": "u1"}}, "filters"),
+    ({"query": "ok", "tags": "a"}, "tags"),
+    ({"query": "ok", "tags": [""]}, "tags.0"),
+    ({"query": "ok", "categories": "work"}, "categories"),
+    ({"query": "ok", "user_id": ""}, "user_id"),
+    ({"query": "ok", "include_summaries": "maybe"}, "include_summaries"),
+])
+async def test_bad_input_is_a_422_problem_naming_the_field(
+    client: httpx.AsyncClient, body: dict[str, Any], field: str,
+) -> None:
+    resp = await client.post("/v1/search", json=body)
+
+    assert_validation_problem(resp, field)
+
+
+async def test_limits_are_inclusive(client: httpx.AsyncClient) -> None:
+    await seed(client, [{"content": "x marks the spot"}])
+
+    longest = await search(client, "x" * 4096)
+    one = await search(client, "spot", top_k=1)
+    hundred = await search(client, "spot", top_k=100)
+
+    assert len(longest["results"]) == 1
+    assert len(one["results"]) == len(hundred["results"]) == 1
+
+
+async def test_search_requires_a_key(anon_client: httpx.AsyncClient) -> None:
+    resp = await anon_client.post("/v1/search", json={"query": "anything"})
+
+    assert resp.status_code == 401
+    assert resp.headers["content-type"] == PROBLEM_JSON
+
+
+# --- both vector paths return top_k ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["exact", "hnsw"])
+async def test_a_small_scope_of_a_large_tenant_still_returns_top_k(
+    resources: Resources, hnsw_resources: Resources, tenant: TenantKey,
+    captured_sql: list[tuple[str, Any]], path: str,
+) -> None:
+    """40 rows of one user among 340 of the tenant; the query shares no word with any row,
+    so every result comes from the vector list alone. Whether the approximate branch reads
+    the HNSW index or sorts the scope is the planner's choice (autoanalyze can flip it);
+    either way it must fill top_k."""
+    chosen = resources if path == "exact" else hnsw_resources
+    async with make_client(chosen, tenant.headers) as c:
+        await seed(c, [
+            {"content": f"filler row {i} for someone else entirely", "user_id": f"other{i % 30}"}
+            for i in range(300)
+        ])
+        scoped = await seed(c, [
+            {"content": f"entry {i} in the diary of the scoped person", "user_id": "target"}
+            for i in range(40)
+        ])
+        captured_sql.clear()
+
+        answer = await search(c, "zebra quokka", user_id="target", explain=True)
+
+    assert len(answer["results"]) == 10
+    assert {r["memory"]["user_id"] for r in answer["results"]} == {"target"}
+    fusion = [r["explanation"]["fusion"] for r in answer["results"]]
+    assert all(f["text_rank"] is None for f in fusion)
+    assert sorted(f["vector_rank"] for f in fusion) == list(range(1, 11))
+    scoped_ids = {m["id"] for m in scoped}
+    assert set(ids_of(answer)) <= scoped_ids
+
+    # The path taken: rerun the search statement under EXPLAIN ANALYZE.
+    [(statement, parameters)] = [(s, p) for s, p in captured_sql if "vec_ann" in s]
+    rows = await vector_branch_rows(chosen, statement, parameters)
+    if path == "hnsw":
+        assert rows["exact"] == 0, rows
+        assert rows["ann"] >= 10, rows
+    else:
+        assert rows == {"exact": 40, "ann": 0, "hnsw_index": 0}

@@ -1,0 +1,228 @@
+"""`POST /v1/search` over HTTP with the real local all-MiniLM-L6-v2 model on a small fixed
+corpus: concrete orderings (the fact that answers a question outranks the summary that
+covers it; a summary-style question gets the summary first), a paraphrase found through
+the vector list, and scope filters that never leak."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import text
+
+from app.ids import uuid7
+from app.providers.local_embedder import LocalEmbedder
+from app.resources import Resources
+from tests.conftest import TenantKey, create_tenant_key, make_client
+
+pytestmark = pytest.mark.model
+
+CREATED_AT = datetime(2026, 1, 5, 12, tzinfo=UTC)
+
+ALICE_FACTS = {
+    "nurse": "Alice works as a nurse at the city hospital",
+    "flight": "Alice is flying to Lisbon on June 3rd",
+    "hotel": "Alice booked a hotel in the Alfama district for the Lisbon trip",
+    "tower": "Alice wants to see the Belem tower while she is in Lisbon",
+    "budget": "Alice set a budget of 1500 euros for the Lisbon trip",
+    "peanuts": "Alice is allergic to peanuts",
+    "cello": "Alice plays the cello in a community orchestra",
+    "sister": "Alice's sister Maria lives in Porto",
+}
+BOB_FACTS = {
+    "engineer": "Bob is a software engineer at a fintech startup",
+    "marathon": "Bob is training for the Berlin marathon in September",
+    "beagle": "Bob adopted a beagle named Pixel",
+    "window": "Bob prefers window seats on long flights",
+    "japanese": "Bob is learning Japanese on weekends",
+    "risotto": "Bob's favourite dish is mushroom risotto",
+    "kyoto": "Bob is planning a trip to Kyoto next spring",
+}
+# What consolidation would write for the Lisbon conversation: it covers four of Alice's facts.
+TRIP_SUMMARY = (
+    "Summary of the conversation about Alice's Lisbon trip: she flies to Lisbon on June 3rd, "
+    "booked a hotel in the Alfama district, wants to see the Belem tower, and set a budget "
+    "of 1500 euros."
+)
+SUMMARY_COVERS = ("flight", "hotel", "tower", "budget")
+
+
+@dataclass(frozen=True)
+class Corpus:
+    tenant: TenantKey
+    ids: dict[str, str]  # fact key (or "summary") -> memory id
+    users: dict[str, str]  # memory id -> user_id
+
+    def key(self, memory_id: str) -> str:
+        return next(k for k, v in self.ids.items() if v == memory_id)
+
+
+@pytest.fixture(scope="module")
+async def model_resources(resources: Resources) -> AsyncIterator[Resources]:
+    """The suite's database with the real model in place of the hash embedder."""
+    embedder = LocalEmbedder(batch_size=32, threads=1)
+    await embedder.load()
+    yield Resources(resources.settings, resources.engine, resources.sessionmaker, embedder)
+    await embedder.aclose()
+
+
+@pytest.fixture(scope="module")
+async def corpus(model_resources: Resources) -> Corpus:
+    """One tenant holding the corpus, written once: the tests only read it."""
+    tenant = await create_tenant_key(model_resources)
+    keys = [*ALICE_FACTS, *BOB_FACTS]
+    created = []
+    async with make_client(model_resources, tenant.headers) as client:
+        # One request per fact, a few milliseconds apart: ids are time-ordered, so equal
+        # full-text scores (ordered by id) tie-break the same way on every run.
+        for user, facts in (("alice", ALICE_FACTS), ("bob", BOB_FACTS)):
+            for content in facts.values():
+                resp = await client.post("/v1/memories", json={
+                    "content": content, "user_id": user, "created_at": CREATED_AT.isoformat()})
+                assert resp.status_code == 201, resp.text
+                created.append(resp.json())
+                await asyncio.sleep(0.003)
+    ids = {key: m["id"] for key, m in zip(keys, created, strict=True)}
+    users = {m["id"]: m["user_id"] for m in created}
+
+    (vector,) = await model_resources.embedder.embed([TRIP_SUMMARY])
+    summary_id = uuid7()
+    async with model_resources.sessionmaker() as session:
+        await session.execute(
+            text(
+                "INSERT INTO memories (tenant_id, id, content, user_id, fact_role, source,"
+                " summary_of, importance, created_at, embedding) VALUES (:tenant_id, :id,"
+                " :content, 'alice', 'summary', 'summary', CAST(:summary_of AS uuid[]), 0.7,"
+                " :created_at, CAST(:embedding AS halfvec(384)))"
+            ),
+            {
+                "tenant_id": tenant.tenant_id, "id": summary_id, "content": TRIP_SUMMARY,
+                "summary_of": [uuid.UUID(ids[k]) for k in SUMMARY_COVERS],
+                "created_at": CREATED_AT,
+                "embedding": "[" + ",".join(f"{x:.6f}" for x in vector) + "]",
+            },
+        )
+        await session.commit()
+    ids["summary"] = str(summary_id)
+    users[str(summary_id)] = "alice"
+    return Corpus(tenant, ids, users)
+
+
+@pytest.fixture
+async def model_client(model_resources: Resources,
+                       corpus: Corpus) -> AsyncIterator[httpx.AsyncClient]:
+    async with make_client(model_resources, corpus.tenant.headers) as c:
+        yield c
+
+
+async def search(client: httpx.AsyncClient, query: str, **body: Any) -> dict[str, Any]:
+    resp = await client.post("/v1/search", json={"query": query, "explain": True, **body})
+    assert resp.status_code == 200, resp.text
+    answer: dict[str, Any] = resp.json()
+    scores = [r["score"] for r in answer["results"]]
+    assert scores == sorted(scores, reverse=True)
+    return answer
+
+
+def ranking(corpus: Corpus, answer: dict[str, Any]) -> list[str]:
+    return [corpus.key(r["memory"]["id"]) for r in answer["results"]]
+
+
+# --- the fact beats the summary that covers it; a summary question gets the summary -----------
+
+
+@pytest.mark.parametrize(("question", "answer_key"), [
+    ("Which hotel did Alice book?", "hotel"),
+    ("When does Alice fly to Lisbon?", "flight"),
+    ("What budget did Alice set for the trip?", "budget"),
+    ("Which landmark does Alice want to see in Lisbon?", "tower"),
+])
+async def test_the_fact_that_answers_a_question_outranks_the_summary_covering_it(
+    model_client: httpx.AsyncClient, corpus: Corpus, question: str, answer_key: str,
+) -> None:
+    answer = await search(model_client, question)
+
+    ranked = ranking(corpus, answer)
+    assert answer["query_style"] == "regular"
+    assert ranked[0] == answer_key, ranked
+    assert "summary" in ranked, ranked
+    assert ranked.index("summary") > ranked.index(answer_key)
+    summary = answer["results"][ranked.index("summary")]["explanation"]["summary_downweight"]
+    assert (summary["applied"], summary["multiplier"]) == (True, 0.5)
+
+
+@pytest.mark.parametrize("question", [
+    "Give me a recap of what we discussed about the trip",
+    "Summarize our conversation about Lisbon",
+    "What did we talk about regarding Alice's travel plans?",
+])
+async def test_a_summary_style_question_gets_the_summary_first(
+    model_client: httpx.AsyncClient, corpus: Corpus, question: str,
+) -> None:
+    """The summary is the best or second-best vector match of each question; the facts it
+    covers share a word or two with it, so it must not lose to them on full text alone."""
+    answer = await search(model_client, question)
+
+    ranked = ranking(corpus, answer)
+    assert answer["query_style"] == "summary"
+    assert ranked[0] == "summary", ranked
+    first = answer["results"][0]["explanation"]["summary_downweight"]
+    assert (first["is_summary"], first["applied"]) == (True, False)
+    assert first["multiplier"] >= 1.0
+    assert first["score"] >= first["score_before"]
+
+
+# --- meaning without shared words ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("question", "answer_key", "shares_a_word"), [
+    ("What does Alice do for a living?", "nurse", True),  # only "Alice"
+    ("Which musical instrument is Alice good at?", "cello", True),  # only "Alice"
+    ("Who has a dog?", "beagle", False),
+    ("What food should never be served to her?", "peanuts", False),
+])
+async def test_a_paraphrase_finds_the_fact_through_the_vector_list(
+    model_client: httpx.AsyncClient, corpus: Corpus, question: str, answer_key: str,
+    shares_a_word: bool,
+) -> None:
+    answer = await search(model_client, question, top_k=3)
+
+    ranked = ranking(corpus, answer)
+    assert answer_key in ranked, ranked
+    fusion = answer["results"][ranked.index(answer_key)]["explanation"]["fusion"]
+    assert fusion["vector_rank"] is not None, fusion
+    assert fusion["vector_rank"] <= 3, fusion
+    if not shares_a_word:
+        assert fusion["text_rank"] is None, fusion
+
+
+# --- scope filters never leak ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("user", "question"), [
+    ("bob", "Give me a recap of what we discussed about the Lisbon trip"),
+    ("bob", "Where is Alice staying in Lisbon?"),
+    ("alice", "Who is training for the Berlin marathon?"),
+    ("alice", "Who adopted a beagle named Pixel?"),
+])
+async def test_a_user_scope_never_returns_the_other_users_memories(
+    model_client: httpx.AsyncClient, corpus: Corpus, user: str, question: str,
+) -> None:
+    """The best match of each question belongs to the other user."""
+    answer = await search(model_client, question, user_id=user, top_k=100)
+
+    owners = {corpus.users[r["memory"]["id"]] for r in answer["results"]}
+    assert owners == {user}
+    expected = len(ALICE_FACTS) + 1 if user == "alice" else len(BOB_FACTS)
+    assert len(answer["results"]) == expected
+
+    unscoped = await search(model_client, question, top_k=1)
+    assert corpus.users[unscoped["results"][0]["memory"]["id"]] != user
+
+
