@@ -27,6 +27,10 @@ def create_engine(url: str, settings: Settings) -> AsyncEngine:
             "server_settings": {
                 "plan_cache_mode": "force_custom_plan",
                 "application_name": "engram",
+                # A filtered HNSW scan keeps going until it has enough rows that pass
+                # the filter (pgvector 0.8); otherwise a scoped search returns too few.
+                "hnsw.iterative_scan": "relaxed_order",
+                "hnsw.ef_search": str(settings.hnsw_ef_search),
             },
             "timeout": 10,
         },

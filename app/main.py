@@ -8,13 +8,16 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from app.consolidation.router import router as consolidation_router
 from app.errors import Problem, install_error_handlers
 from app.maintenance import start_maintenance
 from app.memories.router import router as memories_router
 from app.resources import Resources, build_resources
+from app.search.router import router as search_router
 from app.service.metrics import MetricsMiddleware
 from app.service.router import router as service_router
 from app.settings import Settings
+from app.worker.lifecycle import start_background_work
 
 log = logging.getLogger("engram")
 
@@ -36,11 +39,13 @@ def create_app(settings: Settings | None = None, resources: Resources | None = N
         opened = await build_resources(settings)
         app.state.resources = opened
         start_maintenance(opened)
+        background = await start_background_work(opened)
         log.info("engram ready at http://%s:%d (database: %s, embedder: %s)",
                  settings.host, settings.port, opened.database_label, opened.embedder.name)
         try:
             yield
         finally:
+            await background.stop()
             await opened.close()
 
     app = FastAPI(title="Engram", version="0.1.0", description=API_DESCRIPTION,
@@ -50,6 +55,8 @@ def create_app(settings: Settings | None = None, resources: Resources | None = N
     install_error_handlers(app)
     app.include_router(service_router)
     app.include_router(memories_router)
+    app.include_router(search_router)
+    app.include_router(consolidation_router)
     app.add_middleware(MetricsMiddleware)
     _declare_problem_schema(app)
     return app

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -12,6 +13,10 @@ from app.db import create_engine, create_sessionmaker
 from app.embedded_db import EmbeddedPostgres, start_embedded
 from app.migrate import upgrade_to_head
 from app.providers.embedder import Embedder, build_embedder
+from app.providers.llm import LLMClient, build_llm_client
+from app.search.config import build_limits, build_pipeline
+from app.search.pipeline import SearchPipeline
+from app.search.repository import RetrievalLimits
 from app.settings import Settings
 
 log = logging.getLogger("engram")
@@ -26,12 +31,25 @@ class Resources:
     embedded: EmbeddedPostgres | None = None
     database_label: str = "external"
     background: list[asyncio.Task[None]] = field(default_factory=list)
+    # The LLM consolidation ops use; None when none is configured.
+    llm: LLMClient | None = None
+
+    @cached_property
+    def search_pipeline(self) -> SearchPipeline:
+        return build_pipeline(self.settings)
+
+    @cached_property
+    def search_limits(self) -> RetrievalLimits:
+        return build_limits(self.settings)
 
     async def close(self) -> None:
         for task in self.background:
             task.cancel()
         await asyncio.gather(*self.background, return_exceptions=True)
         await self.embedder.aclose()
+        close_llm = getattr(self.llm, "aclose", None)
+        if close_llm is not None:
+            await close_llm()
         await self.engine.dispose()
         if self.embedded is not None:
             await asyncio.to_thread(self.embedded.stop)
@@ -65,4 +83,5 @@ async def build_resources(settings: Settings, *, migrate: bool = True) -> Resour
             await asyncio.to_thread(embedded.stop)
         raise
     label = f"embedded PostgreSQL in {embedded.pgdata}" if embedded else "ENGRAM_DATABASE_URL"
-    return Resources(settings, engine, create_sessionmaker(engine), embedder, embedded, label)
+    return Resources(settings, engine, create_sessionmaker(engine), embedder, embedded, label,
+                     llm=build_llm_client(settings))

@@ -47,6 +47,55 @@ class Settings(BaseSettings):
 
     idempotency_ttl_hours: int = Field(default=24, ge=24, le=24 * 30)
 
+    # Search: candidate depth of each list, the fusion and scoring weights, the summary
+    # down-weight. Chosen from the sweep in bench/retrieval_eval.py (see the README).
+    search_vector_candidates: int = Field(default=50, ge=1, le=1000)
+    search_text_candidates: int = Field(default=50, ge=1, le=1000)
+    search_rrf_k: float = Field(default=60.0, ge=0, le=1000)
+    search_vector_weight: float = Field(default=1.0, ge=0, le=100)
+    search_text_weight: float = Field(default=1.0, ge=0, le=100)
+    search_importance_weight: float = Field(default=0.02, ge=0, le=10)
+    search_recency_weight: float = Field(default=0.01, ge=0, le=10)
+    search_recency_half_life_days: float = Field(default=30.0, gt=0, le=36500)
+    summary_downweight_factor: float = Field(default=0.5, gt=0, le=10)
+    summary_boost_factor: float = Field(default=1.25, ge=1, le=10)
+    # A scope with fewer visible rows than this is ranked exactly instead of through HNSW.
+    search_exact_below: int = Field(default=1000, ge=0, le=100_000)
+    # At most this many full-text matches are BM25-scored per query (bounds the tail).
+    search_text_match_cap: int = Field(default=2000, ge=10, le=1_000_000)
+    search_bm25_k1: float = Field(default=1.2, ge=0, le=10)
+    search_bm25_b: float = Field(default=0.75, ge=0, le=1)
+    hnsw_ef_search: int = Field(default=40, ge=1, le=1000)
+
+    # The LLM consolidation ops call (any OpenAI-compatible /chat/completions endpoint).
+    # No base URL means no LLM: strategies that need one are refused with 422.
+    llm_base_url: str | None = None
+    llm_model: str = "gpt-4o-mini"
+    llm_api_key: SecretStr | None = None
+    llm_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
+    llm_max_retries: int = Field(default=2, ge=0, le=10)
+    llm_max_concurrency: int = Field(default=4, ge=1, le=64)
+
+    # Consolidation: how many candidates one run reads (the rest is reported as the
+    # remainder and left for the next run), and the importance summaries are written with.
+    consolidation_scan_limit: int = Field(default=10_000, ge=1, le=1_000_000)
+    consolidation_summary_importance: float = Field(default=0.7, ge=0.0, le=1.0)
+    # Every N memories written in a scope enqueue a synthesize-only run; 0 = off.
+    auto_consolidate_every: int = Field(default=0, ge=0, le=1_000_000)
+
+    # The background job worker (pgqueuer) inside the service process.
+    worker_enabled: bool = True
+    worker_concurrency: int = Field(default=4, ge=2, le=64)
+
+    @field_validator("llm_base_url")
+    @classmethod
+    def _check_llm_base_url(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value.rstrip("/")
+
     @field_validator("database_url")
     @classmethod
     def _check_database_url(cls, value: str | None) -> str | None:

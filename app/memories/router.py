@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 
+from app.consolidation.auto import AutoConsolidation
 from app.deps import CallerDep, SessionDep, problems
 from app.errors import ValidationFailed
 from app.idempotency.repository import IdempotencyRepository
@@ -36,8 +37,11 @@ LIST_PARAMS = frozenset({"user_id", "agent_id", "session_id", "namespace", "tags
 
 
 def _service(request: Request, session: SessionDep, caller: CallerDep) -> MemoryService:
-    return MemoryService(MemoryRepository(session, caller.tenant_id),
-                         request.app.state.resources.embedder)
+    resources = request.app.state.resources
+    every = resources.settings.auto_consolidate_every
+    auto = AutoConsolidation(session, caller.tenant_id, every).after_write if every else None
+    return MemoryService(MemoryRepository(session, caller.tenant_id), resources.embedder,
+                         after_write=auto)
 
 
 async def _create(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -43,10 +43,16 @@ def _memory_from_row(row: dict[str, Any]) -> Memory:
     return Memory.model_validate({k: v for k, v in row.items() if k != "embedding"})
 
 
+AfterWrite = Callable[[Sequence[dict[str, Any]]], Awaitable[None]]
+"""Called with the rows just inserted, in the same transaction (automatic consolidation)."""
+
+
 class MemoryService:
-    def __init__(self, repository: MemoryRepository, embedder: Embedder) -> None:
+    def __init__(self, repository: MemoryRepository, embedder: Embedder,
+                 after_write: AfterWrite | None = None) -> None:
         self.repository = repository
         self.embedder = embedder
+        self.after_write = after_write
 
     async def create_many(self, items: Sequence[MemoryCreate]) -> list[Memory]:
         """Embeds every item in one batched call, then writes them in one statement."""
@@ -54,6 +60,8 @@ class MemoryService:
         now = datetime.now(UTC)
         rows = [_row_for(item, vec, now) for item, vec in zip(items, vectors, strict=True)]
         await self.repository.insert_many(rows)
+        if self.after_write is not None:
+            await self.after_write(rows)
         return [_memory_from_row(row) for row in rows]
 
     async def get(self, memory_id: uuid.UUID) -> Memory:

@@ -9,8 +9,8 @@ from typing import Any
 from pgvector.sqlalchemy import HALFVEC
 from sqlalchemy import (
     CheckConstraint,
-    Computed,
     DateTime,
+    FetchedValue,
     Float,
     ForeignKey,
     Index,
@@ -24,8 +24,6 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from app.models.base import Base
 from app.settings import EMBEDDING_DIMENSIONS
-
-TSV_EXPRESSION = "to_tsvector('english'::regconfig, content)"
 
 
 def _scope_index(column: str) -> Index:
@@ -54,12 +52,22 @@ class Memory(Base):
         _scope_index("namespace"),
         Index("ix_memories_tags", "tags", postgresql_using="gin"),
         Index("ix_memories_tsv", "tsv", postgresql_using="gin"),
+        Index("ix_memories_tenant_category", "tenant_id", "category"),
+        # Lineage lookups (migration 0002): which summaries already cover a memory, and
+        # whether a run's summary has been folded again.
+        Index("ix_memories_summary_of", "summary_of", postgresql_using="gin",
+              postgresql_where=text("fact_role = 'summary'")),
+        # Only active rows (migration 0002): search never reads archived ones, and an
+        # archiving UPDATE then adds no graph node for the row's new version, which made
+        # consolidation's archive step several times slower (bench/consolidate.py).
+        # A query uses it only with `archived_at IS NULL` among its predicates.
         Index(
             "ix_memories_embedding_hnsw",
             "embedding",
             postgresql_using="hnsw",
             postgresql_with={"m": 16, "ef_construction": 64},
             postgresql_ops={"embedding": "halfvec_cosine_ops"},
+            postgresql_where=text("archived_at IS NULL"),
         ),
     )
 
@@ -87,4 +95,5 @@ class Memory(Base):
     archived_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     consolidation_id: Mapped[uuid.UUID | None] = mapped_column(UUID)
     embedding: Mapped[Any] = mapped_column(HALFVEC(EMBEDDING_DIMENSIONS))
-    tsv: Mapped[Any] = mapped_column(TSVECTOR, Computed(TSV_EXPRESSION, persisted=True))
+    # Maintained by the memories_tsv trigger (migration 0003): content plus the UTC date.
+    tsv: Mapped[Any] = mapped_column(TSVECTOR, server_default=FetchedValue())

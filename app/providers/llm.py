@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import httpx
 
 from app.errors import ProviderError
+from app.settings import Settings
 
 log = logging.getLogger("engram.llm")
 
@@ -211,3 +212,17 @@ def _parse_completion(response: httpx.Response) -> str | LLMError:
 
 def _bad(detail: str) -> LLMError:
     return LLMError(detail, code="llm_bad_response", status=502)
+
+
+def build_llm_client(settings: Settings) -> ChatCompletionsClient | None:
+    """The configured LLM, or None when `ENGRAM_LLM_BASE_URL` is not set."""
+    if settings.llm_base_url is None:
+        return None
+    key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
+    return ChatCompletionsClient(
+        base_url=settings.llm_base_url,
+        model=settings.llm_model,
+        api_key=key,
+        timeout=settings.llm_timeout_seconds,
+        max_retries=settings.llm_max_retries,
+    )

@@ -64,11 +64,12 @@ CONTRACT: dict[str, Operation] = {
     "getSession": Operation("get", "/v1/sessions/{session_id}", None, None, open_names=True),
 }
 
-# Served today. NOT YET IMPLEMENTED: searchMemories, appendTurn, getSessionContext,
-# getSession (their schema names above are the contract's where it names them, else open).
+# Served today. NOT YET IMPLEMENTED: appendTurn, getSessionContext, getSession (their
+# schema names above are the contract's where it names them, else open).
 IMPLEMENTED = frozenset({
     "createMemory", "createMemories", "getMemory", "listMemories", "updateMemory",
     "deleteMemory",
+    "searchMemories",
     "runConsolidation", "getConsolidation", "listConsolidations", "revertConsolidation",
 })
 

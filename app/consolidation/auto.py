@@ -1,0 +1,79 @@
+"""Automatic consolidation: every N memories written in a scope enqueue a synthesize-only
+run of that scope (`ENGRAM_AUTO_CONSOLIDATE_EVERY`, 0 = off).
+
+The memory write path calls `AutoConsolidation.after_write` with the rows it inserted,
+in its own transaction. The count and the enqueue happen inside a SAVEPOINT: if either
+fails, the savepoint is rolled back, the failure is logged, and the write goes on. The
+job runs later in the worker; its failure never reaches the write.
+
+Only memories with at least one scope field count: a run over "no scope" would fold
+the whole tenant, which the guard refuses. Summaries are written by the consolidation
+executor, not this path, so they never count.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import func
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.consolidation.locks import scope_key
+from app.models import ScopeWriteCounter
+from app.worker.queue import enqueue
+
+log = logging.getLogger("engram.consolidation")
+
+AUTO_JOB = "consolidation.auto"
+SCOPE_FIELDS = ("user_id", "agent_id", "session_id", "namespace")
+
+Scope = tuple[str | None, str | None, str | None, str | None]
+
+
+class AutoConsolidation:
+    def __init__(self, session: AsyncSession, tenant_id: uuid.UUID, every: int) -> None:
+        self.session = session
+        self.tenant_id = tenant_id
+        self.every = every
+
+    async def after_write(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        written: Counter[Scope] = Counter()
+        for row in rows:
+            scope: Scope = (row["user_id"], row["agent_id"], row["session_id"],
+                            row["namespace"])
+            if any(v is not None for v in scope):
+                written[scope] += 1
+        if not written or self.every <= 0:
+            return
+        try:
+            async with self.session.begin_nested():
+                await self._count_and_enqueue(written)
+        except Exception:
+            log.exception("automatic consolidation could not be counted or queued; "
+                          "the write goes on")
+
+    async def _count_and_enqueue(self, written: Counter[Scope]) -> None:
+        keys = {scope_key(s): s for s in written}
+        # One statement, rows in key order: two writers never lock counters crosswise.
+        values = insert(ScopeWriteCounter).values([
+            {"tenant_id": self.tenant_id, "scope_key": key, "written": written[keys[key]]}
+            for key in sorted(keys)
+        ])
+        stmt = values.on_conflict_do_update(
+            index_elements=["tenant_id", "scope_key"],
+            set_={"written": ScopeWriteCounter.written + values.excluded.written,
+                  "updated_at": func.now()},
+        ).returning(ScopeWriteCounter.scope_key, ScopeWriteCounter.written)
+        for key, total in (await self.session.execute(stmt)).all():
+            before = total - written[keys[key]]
+            if total // self.every > before // self.every:
+                await enqueue(self.session, AUTO_JOB, self._payload(keys[key]),
+                              dedupe_key=f"{AUTO_JOB}:{self.tenant_id}:{key}")
+
+    def _payload(self, scope: Scope) -> dict[str, Any]:
+        return {"tenant_id": str(self.tenant_id), **dict(zip(SCOPE_FIELDS, scope, strict=True))}

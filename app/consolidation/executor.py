@@ -1,0 +1,171 @@
+"""The executor: applies one group's op outcome in one transaction, write before delete.
+
+Per group: embed the summary (before any transaction), then in one transaction lock the
+sources, check they are still exactly as selected, insert the summary, and only then
+archive the sources it represents (archive mode), counting the run's progress in the
+same transaction. Any failure rolls the whole group back: its sources stay as they were
+and no summary remains. Summary writes go straight to the repository, never through the
+memory write path, so they trigger nothing (no eviction, no automatic consolidation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy.exc import DBAPIError
+
+from app.consolidation.composite import GroupOutcome
+from app.consolidation.repository import ConsolidationRepository, Snapshot, SourceState
+from app.consolidation.schemas import ConsolidationGroup, ConsolidationRequest
+from app.consolidation.txn import RunTransactions
+from app.consolidation.types import Entry, Group, OpResult
+from app.ids import uuid7
+from app.resources import Resources
+
+log = logging.getLogger("engram.consolidation")
+
+
+class StaleSources(Exception):
+    """A source changed, vanished or left the active set since it was selected."""
+
+
+def planned_group(group: Group, mode: str, outcome: str) -> ConsolidationGroup:
+    """A group as the plan has it: who is kept, who would be folded."""
+    ids = [e.id for e in group.to_remove]
+    return ConsolidationGroup(
+        category=group.category, kept_id=group.kept.id if group.kept else None,
+        summary_id=None, removed_ids=ids if mode == "archive" else [], folded_ids=ids,
+        mode=None, outcome=outcome,
+    )
+
+
+def common_tags(entries: Sequence[Entry]) -> list[str]:
+    """Tags every folded entry carries (the run's own tag filter among them), in order."""
+    if not entries:
+        return []
+    shared = set(entries[0].tags).intersection(*(e.tags for e in entries[1:]))
+    return [t for t in entries[0].tags if t in shared]
+
+
+class GroupExecutor:
+    def __init__(
+        self,
+        resources: Resources,
+        transactions: RunTransactions,
+        tenant_id: uuid.UUID,
+        run_id: uuid.UUID,
+        request: ConsolidationRequest,
+        snapshots: Mapping[uuid.UUID, Snapshot],
+    ) -> None:
+        self.resources = resources
+        self.transactions = transactions
+        self.tenant_id = tenant_id
+        self.run_id = run_id
+        self.request = request
+        self.snapshots = snapshots
+        self.write_seconds = 0.0
+        # One group transaction at a time: they all count progress on the run's row,
+        # and PostgreSQL on two cores gains nothing from more.
+        self._gate = asyncio.Lock()
+
+    async def apply(self, outcome: GroupOutcome) -> ConsolidationGroup:
+        group = outcome.group
+        if outcome.result is None:
+            await self._count_done()
+            return self._unwritten(group, "skipped", outcome.error, outcome.error_detail)
+        result = outcome.result
+        try:
+            (vector,) = await self.resources.embedder.embed([result.summary])
+        except Exception as exc:
+            log.warning("embedding a summary failed: %s", exc)
+            await self._count_done()
+            return self._unwritten(group, "failed", "embedding_failed", str(exc)[:500], result)
+        async with self._gate:
+            started = time.perf_counter()
+            unwritten: ConsolidationGroup | None = None
+            try:
+                summary_id = await self._write(group, result, vector)
+            except StaleSources as exc:
+                unwritten = self._unwritten(group, "skipped", "sources_changed", str(exc),
+                                            result)
+            except (DBAPIError, OSError) as exc:
+                log.warning("consolidation group write failed, left as it was: %s", exc)
+                detail = str(getattr(exc, "orig", exc))[:500]
+                unwritten = self._unwritten(group, "failed", "write_failed", detail, result)
+            finally:
+                self.write_seconds += time.perf_counter() - started
+            if unwritten is not None:
+                await self._count_done_locked()
+                return unwritten
+        represented = list(result.represented_ids)
+        return ConsolidationGroup(
+            category=group.category, kept_id=group.kept.id if group.kept else None,
+            summary_id=summary_id,
+            removed_ids=represented if self.request.mode == "archive" else [],
+            folded_ids=represented, mode=result.mode, outcome="written", detail=result.detail,
+        )
+
+    async def _write(self, group: Group, result: OpResult, vector: list[float]) -> uuid.UUID:
+        represented = list(result.represented_ids)
+        async with self.transactions.begin() as session:
+            repo = ConsolidationRepository(session, self.tenant_id)
+            self._check_unchanged(represented, await repo.lock_sources(represented))
+            summary_id = uuid7()
+            await repo.insert_summary(self._summary_row(summary_id, group, result, vector))
+            deleted = 0
+            if self.request.mode == "archive":
+                deleted = await repo.archive(represented, self.run_id)
+                if deleted != len(represented):
+                    raise StaleSources("a source left the active set while being archived")
+            await repo.add_progress(self.run_id, consolidated=len(represented), created=1,
+                                    deleted=deleted)
+        return summary_id
+
+    def _check_unchanged(self, ids: Sequence[uuid.UUID], states: Sequence[SourceState]) -> None:
+        found = {s.id: s for s in states}
+        for memory_id in ids:
+            state = found.get(memory_id)
+            if state is None:
+                raise StaleSources(f"memory {memory_id} was deleted")
+            snapshot = self.snapshots[memory_id]
+            if not state.active:
+                raise StaleSources(f"memory {memory_id} was archived or expired")
+            if state.updated_at != snapshot.updated_at or state.digest != snapshot.digest:
+                raise StaleSources(f"memory {memory_id} changed since it was selected")
+
+    def _summary_row(self, summary_id: uuid.UUID, group: Group, result: OpResult,
+                     vector: list[float]) -> dict[str, Any]:
+        by_id = {e.id: e for e in group.to_remove}
+        folded = [by_id[i] for i in result.represented_ids]
+        request = self.request
+        return {
+            "id": summary_id, "content": result.summary,
+            "user_id": request.user_id, "agent_id": request.agent_id,
+            "session_id": request.session_id, "namespace": request.namespace,
+            "category": group.category, "tags": common_tags(folded),
+            "importance": self.resources.settings.consolidation_summary_importance,
+            "metadata": {}, "source": "summary", "fact_role": "summary",
+            "summary_of": list(result.represented_ids), "consolidation_id": self.run_id,
+            "embedding": vector,
+        }
+
+    def _unwritten(self, group: Group, outcome: str, error: str | None, detail: str | None,
+                   result: OpResult | None = None) -> ConsolidationGroup:
+        record = planned_group(group, self.request.mode, outcome)
+        return record.model_copy(update={
+            "removed_ids": [], "folded_ids": [], "error": error, "detail": detail,
+            "mode": result.mode if result else None,
+        })
+
+    async def _count_done(self) -> None:
+        async with self._gate:
+            await self._count_done_locked()
+
+    async def _count_done_locked(self) -> None:
+        async with self.transactions.begin() as session:
+            await ConsolidationRepository(session, self.tenant_id).add_progress(self.run_id)

@@ -1,0 +1,77 @@
+"""Consolidation's background jobs: queued runs (`async: true`) and automatic
+synthesize-only runs (every N memories written in a scope).
+
+A job's failure is logged and retried by the worker within limits; it never reaches the
+request that caused it. A scope held by another run makes the job wait (retry later),
+unlike a synchronous POST, which answers 409 at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from app.consolidation.auto import AUTO_JOB
+from app.consolidation.runs import ConsolidationRunner, ScopeBusy
+from app.consolidation.schemas import ConsolidationRequest
+from app.consolidation.service import RUN_JOB, compose
+from app.errors import ValidationFailed
+from app.worker.registry import JobContext, JobRegistry, RetryLater
+
+log = logging.getLogger("engram.consolidation")
+
+BUSY_RETRIES = 30
+"""How often a job retries a busy scope (about 10 minutes in all) before giving up."""
+
+
+def _busy_delay(attempt: int) -> timedelta:
+    return timedelta(seconds=min(30, 2 * attempt))
+
+
+async def run_queued(context: JobContext, payload: Mapping[str, Any]) -> None:
+    runner = ConsolidationRunner(context.resources, uuid.UUID(payload["tenant_id"]))
+    run_id = uuid.UUID(payload["run_id"])
+    run = await runner.load(run_id)
+    if run.status != "running":
+        return  # done already: a second delivery
+    try:
+        composition = compose(ConsolidationRequest.model_validate(run.request),
+                              context.resources)
+    except ValidationFailed as exc:  # the settings changed since it was queued
+        await runner.give_up(run_id, exc.detail)
+        return
+    try:
+        await runner.run_queued(run_id, composition)
+    except ScopeBusy as busy:
+        if context.attempt >= BUSY_RETRIES:
+            await runner.give_up(run_id, f"gave up waiting for the scope: {busy.detail}")
+            return
+        raise RetryLater(_busy_delay(context.attempt), busy.detail) from busy
+
+
+async def run_auto(context: JobContext, payload: Mapping[str, Any]) -> None:
+    tenant_id = uuid.UUID(payload["tenant_id"])
+    request = ConsolidationRequest.model_validate({
+        "user_id": payload.get("user_id"), "agent_id": payload.get("agent_id"),
+        "session_id": payload.get("session_id"), "namespace": payload.get("namespace"),
+        "strategy": "simple", "mode": "synthesize_only",
+    })
+    runner = ConsolidationRunner(context.resources, tenant_id)
+    try:
+        run = await runner.run_now(request, compose(request, context.resources),
+                                   trigger="auto")
+    except ScopeBusy as busy:
+        if context.attempt >= BUSY_RETRIES:
+            log.warning("automatic consolidation skipped: %s", busy.detail)
+            return
+        raise RetryLater(_busy_delay(context.attempt), busy.detail) from busy
+    log.info("automatic consolidation %s of %s: %s, %d summaries", run.id,
+             request.model_dump(exclude_defaults=True), run.status, run.created)
+
+
+def register_consolidation_jobs(registry: JobRegistry) -> None:
+    registry.register(RUN_JOB, run_queued, max_attempts=BUSY_RETRIES + 3)
+    registry.register(AUTO_JOB, run_auto, max_attempts=BUSY_RETRIES + 3)

@@ -1,0 +1,330 @@
+"""SQL for consolidation: candidates, the per-group write, revert, and run records.
+
+Every statement is confined to the repository's tenant; the crash sweep, which looks
+at every tenant's running runs, is the one module-level function.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+from sqlalchemy import (
+    ARRAY,
+    ColumnElement,
+    Integer,
+    Table,
+    and_,
+    any_,
+    bindparam,
+    case,
+    delete,
+    exists,
+    func,
+    insert,
+    or_,
+    select,
+    text,
+    tuple_,
+    update,
+)
+from sqlalchemy.dialects.postgresql import UUID as PG_UUID
+from sqlalchemy.dialects.postgresql import array
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
+
+from app.consolidation.schemas import ConsolidationRequest
+from app.consolidation.types import Entry
+from app.memories.repository import live
+from app.models import ConsolidationRun, Memory
+
+
+def _among(ids: Sequence[uuid.UUID]) -> ColumnElement[bool]:
+    """`id = ANY($1)`: one array parameter, so one prepared statement for any group size."""
+    return Memory.id == any_(bindparam(None, list(ids), type_=ARRAY(PG_UUID(as_uuid=True))))
+
+
+def content_digest(content: str) -> str:
+    """What PostgreSQL's md5(content) answers for the same text (UTF-8 database)."""
+    return hashlib.md5(content.encode(), usedforsecurity=False).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A candidate as it was when selected; a group is written only if it still is."""
+
+    updated_at: datetime
+    digest: str
+
+
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    entries: list[Entry]
+    snapshots: dict[uuid.UUID, Snapshot]
+    remainder: int
+
+
+@dataclass(frozen=True, slots=True)
+class SourceState:
+    id: uuid.UUID
+    updated_at: datetime
+    digest: str
+    active: bool
+
+
+class ConsolidationRepository:
+    def __init__(self, session: AsyncSession, tenant_id: uuid.UUID) -> None:
+        self.session = session
+        self.tenant_id = tenant_id
+
+    # Candidates -------------------------------------------------------------------
+
+    def candidate_predicates(self, request: ConsolidationRequest) -> list[ColumnElement[bool]]:
+        """Every criterion of the request, as predicates of one query."""
+        preds: list[ColumnElement[bool]] = [
+            Memory.tenant_id == self.tenant_id, Memory.archived_at.is_(None), live(),
+        ]
+        for column, value in ((Memory.user_id, request.user_id),
+                              (Memory.agent_id, request.agent_id),
+                              (Memory.session_id, request.session_id),
+                              (Memory.namespace, request.namespace)):
+            if value is not None:
+                preds.append(column == value)
+        if request.tags:
+            preds.append(Memory.tags.contains(list(request.tags)))
+        if request.categories:
+            preds.append(Memory.category.in_(list(request.categories)))
+        if request.older_than_seconds is not None:
+            preds.append(
+                Memory.created_at < func.now() - timedelta(seconds=request.older_than_seconds)
+            )
+        if request.max_importance is not None:
+            preds.append(Memory.importance <= request.max_importance)
+        if not request.include_summaries:
+            preds.append(Memory.fact_role == "fact")
+        if request.mode == "synthesize_only":
+            # Sources stay active in this mode, so without this every run would
+            # summarise the same memories again.
+            preds.append(~self._covered_by_live_summary())
+        return preds
+
+    def _covered_by_live_summary(self) -> Any:
+        summary = aliased(Memory)
+        return exists().where(
+            summary.tenant_id == Memory.tenant_id,
+            summary.fact_role == "summary",
+            summary.archived_at.is_(None),
+            summary.summary_of.op("@>")(array([Memory.id])),
+        )
+
+    async def candidates(
+        self, request: ConsolidationRequest, *, limit: int, with_embeddings: bool
+    ) -> Candidates:
+        """The oldest `limit` matches, in a deterministic order, and how many more match."""
+        columns: list[Any] = [Memory.id, Memory.content, Memory.category, Memory.importance,
+                              Memory.created_at, Memory.updated_at, Memory.tags,
+                              Memory.fact_role]
+        if with_embeddings:
+            columns.append(Memory.embedding)
+        preds = self.candidate_predicates(request)
+        stmt = (select(*columns).where(*preds)
+                .order_by(Memory.created_at, Memory.id).limit(limit))
+        rows = (await self.session.execute(stmt)).all()
+        entries: list[Entry] = []
+        snapshots: dict[uuid.UUID, Snapshot] = {}
+        for row in rows:
+            embedding = tuple(row.embedding.to_list()) if with_embeddings else None
+            entries.append(Entry(id=row.id, content=row.content, category=row.category,
+                                 importance=row.importance, created_at=row.created_at,
+                                 embedding=embedding, tags=tuple(row.tags),
+                                 fact_role=row.fact_role))
+            snapshots[row.id] = Snapshot(row.updated_at, content_digest(row.content))
+        remainder = 0
+        if len(rows) == limit:
+            total = await self.session.scalar(select(func.count()).where(*preds))
+            remainder = max(0, int(total or 0) - limit)
+        return Candidates(entries, snapshots, remainder)
+
+    # The per-group write ----------------------------------------------------------
+
+    # These run once per group, so they are built once, with bound parameters, on the
+    # tables (no per-call statement building, no ORM bookkeeping).
+
+    async def lock_sources(self, ids: Sequence[uuid.UUID]) -> list[SourceState]:
+        """Lock the rows (in id order, so two writers never deadlock) and read their state."""
+        rows = (await self.session.execute(
+            LOCK_SOURCES, {"b_tenant": self.tenant_id, "b_ids": list(ids)})).all()
+        return [SourceState(r.id, r.updated_at, r.digest, bool(r.active)) for r in rows]
+
+    async def insert_summary(self, values: dict[str, Any]) -> None:
+        """`values` by column name (`metadata`, not the mapped `metadata_`)."""
+        await self.session.execute(INSERT_MEMORY, {"tenant_id": self.tenant_id, **values})
+
+    async def archive(self, ids: Sequence[uuid.UUID], run_id: uuid.UUID) -> int:
+        """Move sources out of the active set. A fact records the run that folded it; a
+        prior summary keeps `consolidation_id` = the run that wrote it (its lineage)."""
+        result = await self.session.execute(
+            ARCHIVE, {"b_tenant": self.tenant_id, "b_ids": list(ids), "b_run": run_id})
+        return result.rowcount  # type: ignore[attr-defined, no-any-return]
+
+    # Revert -------------------------------------------------------------------------
+
+    async def lock_summaries(self, ids: Sequence[uuid.UUID]) -> list[tuple[uuid.UUID, bool]]:
+        """(id, archived?) of the run's surviving summaries, locked."""
+        stmt = (select(Memory.id, Memory.archived_at.is_not(None).label("archived"))
+                .where(Memory.tenant_id == self.tenant_id, _among(ids),
+                       Memory.fact_role == "summary")
+                .order_by(Memory.id).with_for_update(of=Memory))
+        return [(r.id, bool(r.archived)) for r in (await self.session.execute(stmt)).all()]
+
+    async def summary_folding(self, ids: Sequence[uuid.UUID]) -> tuple[uuid.UUID, Any] | None:
+        """A later summary built from one of `ids`, as (its id, its run id), if any."""
+        stmt = (select(Memory.id, Memory.consolidation_id)
+                .where(Memory.tenant_id == self.tenant_id, Memory.fact_role == "summary",
+                       Memory.summary_of.op("&&")(array(list(ids))),
+                       Memory.id.not_in(list(ids)))
+                .limit(1))
+        row = (await self.session.execute(stmt)).first()
+        return (row.id, row.consolidation_id) if row else None
+
+    async def delete_summaries(self, ids: Sequence[uuid.UUID], run_id: uuid.UUID) -> int:
+        stmt = delete(Memory).where(Memory.tenant_id == self.tenant_id,
+                                    _among(ids), Memory.fact_role == "summary",
+                                    Memory.consolidation_id == run_id)
+        return (await self.session.execute(stmt)).rowcount  # type: ignore[attr-defined, no-any-return]
+
+    async def restore(self, ids: Sequence[uuid.UUID], run_id: uuid.UUID) -> int:
+        stmt = (
+            update(Memory)
+            .where(Memory.tenant_id == self.tenant_id, _among(ids),
+                   Memory.archived_at.is_not(None),
+                   (Memory.fact_role == "summary") | (Memory.consolidation_id == run_id))
+            .values(archived_at=None,
+                    consolidation_id=case((Memory.fact_role == "fact", None),
+                                          else_=Memory.consolidation_id))
+            .execution_options(synchronize_session=False)
+        )
+        return (await self.session.execute(stmt)).rowcount  # type: ignore[attr-defined, no-any-return]
+
+    async def summaries_of_run(self, run_id: uuid.UUID) -> list[tuple[uuid.UUID, str, list[Any]]]:
+        """(id, category, summary_of) of every summary a run wrote: the truth after a crash."""
+        stmt = (select(Memory.id, Memory.category, Memory.summary_of)
+                .where(Memory.tenant_id == self.tenant_id, Memory.fact_role == "summary",
+                       Memory.consolidation_id == run_id)
+                .order_by(Memory.id))
+        return [(r.id, r.category, list(r.summary_of))
+                for r in (await self.session.execute(stmt)).all()]
+
+    # Run records --------------------------------------------------------------------
+
+    async def insert_run(self, values: dict[str, Any]) -> ConsolidationRun:
+        stmt = (insert(ConsolidationRun).values(tenant_id=self.tenant_id, **values)
+                .returning(ConsolidationRun))
+        return (await self.session.scalars(stmt)).one()
+
+    async def get_run(self, run_id: uuid.UUID, *, for_update: bool = False
+                      ) -> ConsolidationRun | None:
+        stmt = select(ConsolidationRun).where(ConsolidationRun.tenant_id == self.tenant_id,
+                                              ConsolidationRun.id == run_id)
+        if for_update:
+            stmt = stmt.with_for_update()
+        # A run read again in one session must show what the database holds now.
+        stmt = stmt.execution_options(populate_existing=True)
+        return (await self.session.scalars(stmt)).one_or_none()
+
+    async def page_runs(self, *, limit: int, after: tuple[datetime, uuid.UUID] | None
+                        ) -> list[ConsolidationRun]:
+        stmt = select(ConsolidationRun).where(ConsolidationRun.tenant_id == self.tenant_id)
+        if after is not None:
+            stmt = stmt.where(
+                tuple_(ConsolidationRun.created_at, ConsolidationRun.id) < tuple_(*after))
+        stmt = stmt.order_by(ConsolidationRun.created_at.desc(),
+                             ConsolidationRun.id.desc()).limit(limit)
+        return list((await self.session.scalars(stmt)).all())
+
+    async def update_run(self, run_id: uuid.UUID, values: dict[str, Any],
+                         *, only_if_status: str | None = None) -> bool:
+        stmt = update(ConsolidationRun).where(ConsolidationRun.tenant_id == self.tenant_id,
+                                              ConsolidationRun.id == run_id)
+        if only_if_status is not None:
+            stmt = stmt.where(ConsolidationRun.status == only_if_status)
+        stmt = stmt.values(**values).execution_options(synchronize_session=False)
+        return bool((await self.session.execute(stmt)).rowcount)  # type: ignore[attr-defined]
+
+    async def finish_run(self, run_id: uuid.UUID, values: dict[str, Any]) -> ConsolidationRun:
+        stmt = (update(ConsolidationRun)
+                .where(ConsolidationRun.tenant_id == self.tenant_id,
+                       ConsolidationRun.id == run_id)
+                .values(**values).returning(ConsolidationRun)
+                .execution_options(synchronize_session=False, populate_existing=True))
+        return (await self.session.scalars(stmt)).one()
+
+    async def add_progress(self, run_id: uuid.UUID, *, consolidated: int = 0,
+                           created: int = 0, deleted: int = 0) -> None:
+        await self.session.execute(ADD_PROGRESS, {
+            "b_tenant": self.tenant_id, "b_run": run_id, "b_consolidated": consolidated,
+            "b_created": created, "b_deleted": deleted})
+
+
+_MEMORIES = cast(Table, Memory.__table__)
+_RUNS = cast(Table, ConsolidationRun.__table__)
+_UUID = PG_UUID(as_uuid=True)
+_M = _MEMORIES.c
+_R = _RUNS.c
+
+LOCK_SOURCES = (
+    select(_M.id, _M.updated_at, func.md5(_M.content).label("digest"),
+           and_(_M.archived_at.is_(None),
+                or_(_M.expires_at.is_(None), _M.expires_at > func.now())).label("active"))
+    .where(_M.tenant_id == bindparam("b_tenant", type_=_UUID),
+           _M.id == any_(bindparam("b_ids", type_=ARRAY(_UUID))))
+    .order_by(_M.id)
+    .with_for_update()
+)
+INSERT_MEMORY = insert(_MEMORIES)
+ARCHIVE = (
+    update(_MEMORIES)
+    .where(_M.tenant_id == bindparam("b_tenant", type_=_UUID),
+           _M.id == any_(bindparam("b_ids", type_=ARRAY(_UUID))),
+           _M.archived_at.is_(None))
+    .values(archived_at=func.now(),
+            consolidation_id=case((_M.fact_role == "fact", bindparam("b_run", type_=_UUID)),
+                                  else_=_M.consolidation_id))
+)
+ADD_PROGRESS = (
+    update(_RUNS)
+    .where(_R.tenant_id == bindparam("b_tenant", type_=_UUID),
+           _R.id == bindparam("b_run", type_=_UUID))
+    .values(groups_done=_R.groups_done + 1,
+            consolidated=_R.consolidated + bindparam("b_consolidated", type_=Integer),
+            created=_R.created + bindparam("b_created", type_=Integer),
+            deleted=_R.deleted + bindparam("b_deleted", type_=Integer))
+)
+
+
+ABANDONED_RUNS = text("""
+    UPDATE consolidation_runs AS r
+       SET status = 'failed', finished_at = now(), error = :error
+     WHERE r.status = 'running'
+       AND r.lock_pid IS NOT NULL
+       AND NOT EXISTS (
+           SELECT 1 FROM pg_locks AS l
+            WHERE l.locktype = 'advisory' AND l.granted
+              AND l.database = (SELECT oid FROM pg_database
+                                 WHERE datname = current_database())
+              AND l.pid = r.lock_pid
+              AND l.classid = ((r.lock_key >> 32) & 4294967295)::oid
+              AND l.objid = (r.lock_key & 4294967295)::oid
+              AND l.objsubid = 1)
+    RETURNING r.tenant_id, r.id
+""")
+
+
+async def fail_abandoned(session: AsyncSession, error: str) -> list[tuple[uuid.UUID, uuid.UUID]]:
+    """Mark failed every started run whose lock holder no longer holds its lock."""
+    rows = (await session.execute(ABANDONED_RUNS, {"error": error})).all()
+    return [(r.tenant_id, r.id) for r in rows]

@@ -1,0 +1,63 @@
+"""HTTP routes of the consolidation endpoints: parse, call the service, shape the answer."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import JSONResponse
+
+from app.consolidation.schemas import ConsolidationPage, ConsolidationRequest, ConsolidationResult
+from app.consolidation.service import ConsolidationService
+from app.deps import CallerDep, SessionDep, problems
+
+router = APIRouter(prefix="/v1/consolidations", tags=["consolidation"])
+
+
+def _service(request: Request, session: SessionDep, caller: CallerDep) -> ConsolidationService:
+    return ConsolidationService(request.app.state.resources, session, caller.tenant_id)
+
+
+@router.post(
+    "", operation_id="runConsolidation", summary="Fold memories into summaries",
+    response_model=ConsolidationResult, status_code=200, responses={
+        202: {"model": ConsolidationResult,
+              "description": "Accepted (`async`): the run proceeds in the background"},
+        **problems(409, 502),
+    },
+    description="Runs the selector, then the op on each group, then writes each group in "
+    "its own transaction (summary first, then the sources are archived). A second run on "
+    "a scope while one is running is refused with 409; it never waits.",
+)
+async def run_consolidation(body: ConsolidationRequest, request: Request, session: SessionDep,
+                            caller: CallerDep) -> Response:
+    status, result = await _service(request, session, caller).run(body)
+    headers = {"Location": f"/v1/consolidations/{result.id}"}
+    return JSONResponse(result.model_dump(mode="json", by_alias=True), status_code=status,
+                        headers=headers)
+
+
+@router.get("/{run_id}", operation_id="getConsolidation", summary="Read one consolidation run",
+            response_model=ConsolidationResult, responses=problems(404))
+async def get_consolidation(run_id: uuid.UUID, request: Request, session: SessionDep,
+                            caller: CallerDep) -> ConsolidationResult:
+    return await _service(request, session, caller).get(run_id)
+
+
+@router.get("", operation_id="listConsolidations", summary="List consolidation runs, newest first",
+            response_model=ConsolidationPage, responses=problems())
+async def list_consolidations(
+    request: Request, session: SessionDep, caller: CallerDep,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(max_length=512)] = None,
+) -> ConsolidationPage:
+    return await _service(request, session, caller).list(limit=limit, cursor=cursor)
+
+
+@router.post("/{run_id}/revert", operation_id="revertConsolidation",
+             summary="Undo an archive-mode run: restore its sources, delete its summaries",
+             response_model=ConsolidationResult, responses=problems(404, 409))
+async def revert_consolidation(run_id: uuid.UUID, request: Request, session: SessionDep,
+                               caller: CallerDep) -> ConsolidationResult:
+    return await _service(request, session, caller).revert(run_id)

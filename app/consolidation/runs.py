@@ -1,0 +1,263 @@
+"""A run from start to finish: lock the scope, record the run, read the candidates, plan,
+run the ops with no transaction open, write each group, record the outcome.
+
+`run_now` runs in the caller's task (a synchronous POST, an automatic job);
+`run_queued` runs a run an async POST recorded and queued. Both keep the scope's
+advisory lock for the whole run, so two runs on one scope never interleave.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from typing import Any
+
+from sqlalchemy import func, select
+
+from app.consolidation.composite import GroupOutcome
+from app.consolidation.config import SimilarityClusterConfig
+from app.consolidation.executor import GroupExecutor, planned_group
+from app.consolidation.locks import ScopeLock, run_lock_key
+from app.consolidation.registry import Composition
+from app.consolidation.repository import ConsolidationRepository, fail_abandoned
+from app.consolidation.schemas import ConsolidationGroup, ConsolidationRequest
+from app.consolidation.txn import RunTransactions
+from app.consolidation.types import OpContext
+from app.errors import Conflict
+from app.ids import uuid7
+from app.models import ConsolidationRun
+from app.resources import Resources
+
+log = logging.getLogger("engram.consolidation")
+
+CUT_OFF = ("the run was cut off (the process running it stopped or crashed); "
+           "groups it committed stay committed")
+
+
+class ScopeBusy(Conflict):
+    """Another run holds the scope's lock."""
+
+
+def composition_record(composition: Composition) -> dict[str, Any]:
+    return {"strategy": composition.strategy,
+            "selector": composition.selector_config.model_dump(mode="json"),
+            "op": composition.op_config.model_dump(mode="json")}
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 3)
+
+
+class ConsolidationRunner:
+    def __init__(self, resources: Resources, tenant_id: uuid.UUID) -> None:
+        self.resources = resources
+        self.tenant_id = tenant_id
+
+    async def busy_error(self, key: int) -> ScopeBusy:
+        async with self.resources.sessionmaker() as session:
+            holder = await session.scalar(
+                select(ConsolidationRun.id).where(
+                    ConsolidationRun.tenant_id == self.tenant_id,
+                    ConsolidationRun.lock_key == key, ConsolidationRun.status == "running",
+                    ConsolidationRun.lock_pid.is_not(None)).limit(1))
+        which = f" ({holder})" if holder else ""
+        return ScopeBusy(f"another consolidation run{which} is running on this scope; "
+                         "runs on one scope never interleave, retry when it has finished")
+
+    async def run_now(self, request: ConsolidationRequest, composition: Composition,
+                      *, trigger: str = "api") -> ConsolidationRun:
+        """Run to the end and return the record. A busy scope raises `ScopeBusy` (409)."""
+        run_id = uuid7()
+        key = run_lock_key(self.tenant_id, request, run_id)
+        lock = ScopeLock(self.resources.engine, key)
+        if not await lock.try_acquire():
+            raise await self.busy_error(key)
+        try:
+            tx = RunTransactions(self.resources.sessionmaker, lock.connection)
+            async with tx.begin() as session:
+                await ConsolidationRepository(session, self.tenant_id).insert_run(run_values(
+                    request, composition, key, trigger, run_id=run_id, pid=lock.pid))
+            final = await self._execute(tx, run_id, request, composition)
+        finally:
+            await lock.release()
+        return final or await self.load(run_id)
+
+    async def run_queued(self, run_id: uuid.UUID, composition: Composition) -> None:
+        """Run a queued run. Raises `ScopeBusy` while another run holds the scope."""
+        run = await self.load(run_id)
+        if run.status != "running":
+            return  # finished or failed already: a duplicate delivery
+        request = ConsolidationRequest.model_validate(run.request)
+        lock = ScopeLock(self.resources.engine, run.lock_key)
+        if not await lock.try_acquire():
+            raise await self.busy_error(run.lock_key)
+        try:
+            if run.started_at is not None:
+                # Delivered again: the worker that started it is gone (its lock is free).
+                await self._fail(run_id, CUT_OFF)
+                return
+            tx = RunTransactions(self.resources.sessionmaker, lock.connection)
+            async with tx.begin() as session:
+                claimed = await ConsolidationRepository(session, self.tenant_id).update_run(
+                    run_id, {"started_at": func.now(), "lock_pid": lock.pid},
+                    only_if_status="running")
+            if claimed:
+                await self._execute(tx, run_id, request, composition)
+        finally:
+            await lock.release()
+
+    async def give_up(self, run_id: uuid.UUID, error: str) -> None:
+        await self._fail(run_id, error)
+
+    async def load(self, run_id: uuid.UUID) -> ConsolidationRun:
+        async with self.resources.sessionmaker() as session:
+            run = await ConsolidationRepository(session, self.tenant_id).get_run(run_id)
+        if run is None:
+            raise LookupError(f"consolidation run {run_id} vanished")
+        return run
+
+    async def _execute(self, tx: RunTransactions, run_id: uuid.UUID,
+                       request: ConsolidationRequest,
+                       composition: Composition) -> ConsolidationRun | None:
+        """The finished run; None when it failed on an error (then marked failed)."""
+        try:
+            return await self._phases(tx, run_id, request, composition)
+        except asyncio.CancelledError:
+            await asyncio.shield(self._fail(run_id, CUT_OFF))
+            raise
+        except Exception as exc:
+            log.exception("consolidation run %s failed", run_id)
+            await self._fail(run_id, f"{exc.__class__.__name__}: {exc}"[:1000])
+            return None
+
+    async def _phases(self, tx: RunTransactions, run_id: uuid.UUID,
+                      request: ConsolidationRequest,
+                      composition: Composition) -> ConsolidationRun:
+        started = time.perf_counter()
+        async with tx.begin() as session:
+            candidates = await ConsolidationRepository(session, self.tenant_id).candidates(
+                request, limit=self.resources.settings.consolidation_scan_limit,
+                with_embeddings=isinstance(composition.selector_config,
+                                           SimilarityClusterConfig))
+        selected = time.perf_counter()
+        groups = await asyncio.to_thread(composition.composite.plan, candidates.entries)
+        planned = time.perf_counter()
+        state = "planned" if request.dry_run else "pending"
+        records = [planned_group(g, request.mode, state) for g in groups]
+        progress: dict[str, Any] = {
+            "groups": [r.model_dump(mode="json") for r in records],
+            "groups_total": len(groups), "candidates": len(candidates.entries),
+            "remainder": candidates.remainder,
+        }
+        timings = {"candidates_ms": _ms(selected - started), "plan_ms": _ms(planned - selected)}
+        if request.dry_run:
+            return await self._finish_with(tx, run_id, {
+                **progress, "status": "planned", "timings": timings,
+                "finished_at": func.now()})
+        await self._update(tx, run_id, progress)
+        executor = GroupExecutor(self.resources, tx, self.tenant_id, run_id, request,
+                                 candidates.snapshots)
+
+        async def on_outcome(index: int, outcome: GroupOutcome) -> None:
+            records[index] = await executor.apply(outcome)
+
+        await composition.composite.summarize(groups, OpContext(llm=self.resources.llm),
+                                              on_outcome)
+        done = time.perf_counter()
+        timings |= {"execute_ms": _ms(done - planned), "write_ms": _ms(executor.write_seconds),
+                    "total_ms": _ms(done - started)}
+        return await self._finish(tx, run_id, records, timings)
+
+    async def _finish(self, tx: RunTransactions, run_id: uuid.UUID,
+                      records: list[ConsolidationGroup],
+                      timings: dict[str, float]) -> ConsolidationRun:
+        failed = sum(1 for r in records if r.outcome == "failed")
+        error = (f"{failed} of {len(records)} groups failed; each was left exactly as it was"
+                 if failed else None)
+        return await self._finish_with(tx, run_id, {
+            "status": "failed" if failed else "succeeded", "error": error,
+            "groups": [r.model_dump(mode="json") for r in records], "timings": timings,
+            "finished_at": func.now(),
+        })
+
+    async def _update(self, tx: RunTransactions, run_id: uuid.UUID,
+                      values: dict[str, Any]) -> None:
+        async with tx.begin() as session:
+            await ConsolidationRepository(session, self.tenant_id).update_run(run_id, values)
+
+    async def _finish_with(self, tx: RunTransactions, run_id: uuid.UUID,
+                           values: dict[str, Any]) -> ConsolidationRun:
+        """The run's last write, flushed to disk (and with it every earlier one)."""
+        async with tx.begin(durable=True) as session:
+            return await ConsolidationRepository(session, self.tenant_id).finish_run(
+                run_id, values)
+
+    async def _fail(self, run_id: uuid.UUID, error: str) -> None:
+        """Mark a run failed, its groups rebuilt from the summaries it really wrote.
+
+        On a pooled connection: the run's own may be what failed (or was cancelled)."""
+        try:
+            async with self.resources.sessionmaker() as session, session.begin():
+                repo = ConsolidationRepository(session, self.tenant_id)
+                run = await repo.get_run(run_id, for_update=True)
+                if run is None or run.status != "running":
+                    return
+                groups = reconcile_groups(run, await repo.summaries_of_run(run_id))
+                await repo.update_run(run_id, {"status": "failed", "error": error,
+                                               "groups": groups, "finished_at": func.now()})
+        except Exception:
+            log.exception("could not mark consolidation run %s failed; the crash sweep will",
+                          run_id)
+
+
+def run_values(request: ConsolidationRequest, composition: Composition, key: int,
+               trigger: str, *, run_id: uuid.UUID, pid: int | None) -> dict[str, Any]:
+    """A new run's row. Without a lock holder (`pid`) it is queued: not started yet."""
+    return {
+        "id": run_id, "status": "running", "mode": request.mode, "dry_run": request.dry_run,
+        "trigger": trigger, "request": request.model_dump(mode="json", by_alias=True),
+        "composition": composition_record(composition), "lock_key": key, "lock_pid": pid,
+        "started_at": func.now() if pid is not None else None,
+    }
+
+
+def reconcile_groups(run: ConsolidationRun,
+                     summaries: list[tuple[uuid.UUID, str, list[Any]]]) -> list[dict[str, Any]]:
+    """The run's groups after a crash. The memories table is the truth, each group having
+    committed whole: a pending group whose sources a summary of the run covers was
+    written; the others never were."""
+    written = {str(source): (summary_id, of) for summary_id, _, of in summaries
+               for source in of}
+    out = []
+    for raw in run.groups:
+        group = ConsolidationGroup.model_validate(raw)
+        if group.outcome == "pending":
+            hit = next((written[str(i)] for i in group.folded_ids if str(i) in written), None)
+            if hit is not None:
+                summary_id, of = hit
+                group = group.model_copy(update={
+                    "outcome": "written", "summary_id": summary_id, "folded_ids": of,
+                    "removed_ids": of if run.mode == "archive" else []})
+            else:
+                group = group.model_copy(update={
+                    "outcome": "failed", "error": "cut_off", "removed_ids": [],
+                    "folded_ids": []})
+        out.append(group.model_dump(mode="json"))
+    return out
+
+
+async def fail_abandoned_runs(sessionmaker: Any) -> int:
+    """Mark failed every started run whose lock is no longer held by its holder (the
+    process died), and rebuild its groups from what it committed."""
+    async with sessionmaker() as session, session.begin():
+        failed = await fail_abandoned(session, CUT_OFF)
+    for tenant_id, run_id in failed:
+        async with sessionmaker() as session, session.begin():
+            repo = ConsolidationRepository(session, tenant_id)
+            run = await repo.get_run(run_id, for_update=True)
+            if run is not None:
+                groups = reconcile_groups(run, await repo.summaries_of_run(run_id))
+                await repo.update_run(run_id, {"groups": groups})
+    return len(failed)

@@ -1,0 +1,149 @@
+"""Request and response bodies of the consolidation endpoints."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.consolidation.config import GroupThreshold, OpConfig, SelectorConfig
+from app.consolidation.registry import StrategyName
+from app.validation import CategoryList, Importance, ScopeId, TagList
+
+Mode = Literal["archive", "synthesize_only"]
+RunStatus = Literal["succeeded", "failed", "running", "planned"]
+GroupOutcomeName = Literal["planned", "pending", "written", "skipped", "failed"]
+
+OLDER_THAN_MAX = 100 * 365 * 24 * 3600
+
+
+class ConsolidationRequest(BaseModel):
+    """What to fold and how. Scope fields and criteria choose the candidates (all must
+    match); a request with neither is refused, since it would fold the whole tenant."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    user_id: ScopeId | None = None
+    agent_id: ScopeId | None = None
+    session_id: ScopeId | None = None
+    namespace: ScopeId | None = None
+    tags: TagList | None = Field(default=None, description="All must match.")
+    categories: CategoryList | None = None
+    older_than_seconds: int | None = Field(
+        default=None, ge=1, le=OLDER_THAN_MAX,
+        description="Only memories created at least this long ago.",
+    )
+    max_importance: Importance | None = Field(
+        default=None, description="Only memories with importance at most this."
+    )
+    strategy: StrategyName = Field(
+        default="simple",
+        description="simple = highest_relevance + concatenate; llm = highest_relevance + "
+        "llm_synthesis; dual_mode = highest_relevance + density_routing.",
+    )
+    selector: SelectorConfig | None = Field(
+        default=None, description="Explicit selector; overrides the strategy's."
+    )
+    op: OpConfig | None = Field(default=None, description="Explicit op; overrides the strategy's.")
+    mode: Mode = Field(
+        default="archive",
+        description="archive moves folded sources out of the active set (restorable with "
+        "revert); synthesize_only keeps them active and only adds the summary.",
+    )
+    group_threshold: GroupThreshold = Field(
+        default=3, description="The smallest group that is consolidated."
+    )
+    include_summaries: bool = Field(
+        default=False, description="Prior summaries are candidates only when true."
+    )
+    dry_run: bool = Field(default=False, description="Report the plan; change nothing.")
+    run_async: bool = Field(
+        default=False, alias="async",
+        description="Answer 202 at once and run in the background; GET shows progress.",
+    )
+
+    def has_scope(self) -> bool:
+        return any(v is not None for v in (self.user_id, self.agent_id, self.session_id,
+                                           self.namespace))
+
+    def has_criteria(self) -> bool:
+        return bool(
+            self.tags or self.categories or self.older_than_seconds is not None
+            or (self.max_importance is not None and self.max_importance < 1.0)
+        )
+
+
+class ConsolidationComposition(BaseModel):
+    """The selector and op a run resolved its strategy and overrides to."""
+
+    strategy: StrategyName
+    selector: SelectorConfig
+    op: OpConfig
+
+
+class ConsolidationGroup(BaseModel):
+    category: str
+    kept_id: uuid.UUID | None
+    summary_id: uuid.UUID | None = Field(description="The summary written; null until then.")
+    removed_ids: list[uuid.UUID] = Field(
+        description="Sources moved out of the active set (archive mode); in a dry run, "
+        "those that would be."
+    )
+    folded_ids: list[uuid.UUID] = Field(
+        default_factory=list,
+        description="Sources the summary represents (in any mode); the rest of the group, "
+        "left out by a size cap, stays for the next run.",
+    )
+    mode: str | None = Field(description="What produced the summary, e.g. "
+                             "'concatenate', 'fallback:concatenate', 'dense:extractive'.")
+    outcome: GroupOutcomeName = "pending"
+    error: str | None = None
+    detail: str | None = None
+
+
+class ConsolidationProgress(BaseModel):
+    groups_done: int
+    groups_total: int | None = Field(description="Null until the plan is made.")
+
+
+class ConsolidationTimings(BaseModel):
+    candidates_ms: float | None = None
+    plan_ms: float | None = None
+    execute_ms: float | None = Field(default=None, description="Ops and writes, overlapped.")
+    write_ms: float | None = Field(default=None, description="Time inside group transactions.")
+    total_ms: float | None = None
+
+
+class ConsolidationResult(BaseModel):
+    id: uuid.UUID
+    status: RunStatus = Field(
+        description="running also covers a queued async run (started_at is then null)."
+    )
+    groups: list[ConsolidationGroup]
+    consolidated: int = Field(description="Source memories folded into summaries.")
+    created: int = Field(description="Summaries written.")
+    deleted: int = Field(description="Sources removed (archived); 0 in synthesize_only.")
+    request: ConsolidationRequest
+    composition: ConsolidationComposition
+    progress: ConsolidationProgress
+    candidates: int = Field(description="Memories the candidate query returned.")
+    remainder: int = Field(
+        description="Matching memories the scan limit left out; the next run takes them."
+    )
+    dry_run: bool
+    trigger: Literal["api", "auto"]
+    timings: ConsolidationTimings
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    reverted_at: datetime | None = None
+    error: str | None
+
+
+class ConsolidationPage(BaseModel):
+    items: list[ConsolidationResult]
+    next_cursor: str | None = Field(
+        description="Pass as `cursor` to read the next page; null on the last page."
+    )

@@ -1,0 +1,32 @@
+"""The jobs this service runs and the recovery it does at start: each domain adds its
+handlers and its recovery here, explicitly."""
+
+from __future__ import annotations
+
+import logging
+
+from app.resources import Resources
+from app.worker.registry import JobRegistry
+
+log = logging.getLogger("engram.worker")
+
+
+def default_registry() -> JobRegistry:
+    from app.consolidation.jobs import register_consolidation_jobs
+
+    registry = JobRegistry()
+    register_consolidation_jobs(registry)
+    return registry
+
+
+async def recover(resources: Resources) -> None:
+    """Mark work a crash cut off; logged, never fatal (the next sweep retries)."""
+    from app.consolidation.runs import fail_abandoned_runs
+
+    try:
+        failed = await fail_abandoned_runs(resources.sessionmaker)
+    except Exception:
+        log.exception("recovering abandoned consolidation runs failed")
+        return
+    if failed:
+        log.warning("marked %d consolidation runs cut off by a crash as failed", failed)

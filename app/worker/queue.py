@@ -1,0 +1,83 @@
+"""The queue's names and transactional enqueue.
+
+`enqueue` writes the job through the caller's own SQLAlchemy session (its raw asyncpg
+connection), so the job commits or vanishes with the rows that caused it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from pgqueuer.adapters.drivers.asyncpg import AsyncpgDriver
+from pgqueuer.adapters.persistence.qb import (
+    QueryBuilderEnvironment,
+    QueryQueueBuilder,
+    QuerySchedulerBuilder,
+)
+from pgqueuer.domain.settings import DBSettings, Durability
+from pgqueuer.ports.driver import Driver
+from pgqueuer.queries import Queries
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+QUEUE_SCHEMA = "pgqueuer"
+"""Migration 0002 installs pgqueuer's tables in this schema, apart from ours."""
+
+# Every name is given, so no PGQUEUER_* variable in the environment can move the queue
+# away from what the migration created.
+QUEUE_SETTINGS = DBSettings(
+    prefix="",
+    db_schema=QUEUE_SCHEMA,
+    channel="ch_pgqueuer",
+    function="fn_pgqueuer_changed",
+    statistics_table="pgqueuer_statistics",
+    queue_status_type="pgqueuer_status",
+    queue_table="pgqueuer",
+    queue_table_log="pgqueuer_log",
+    trigger="tg_pgqueuer_changed",
+    schedules_table="pgqueuer_schedules",
+    durability=Durability.durable,
+)
+
+
+def queue_queries(driver: Driver) -> Queries:
+    return Queries(
+        driver,
+        qbe=QueryBuilderEnvironment(QUEUE_SETTINGS),
+        qbq=QueryQueueBuilder(QUEUE_SETTINGS),
+        qbs=QuerySchedulerBuilder(QUEUE_SETTINGS),
+    )
+
+
+async def raw_connection(session: AsyncSession) -> Any:
+    """The asyncpg connection under `session`, inside the session's open transaction.
+
+    SQLAlchemy begins the database transaction lazily, on the first statement; a query
+    sent to the raw connection before that would run outside it and commit alone.
+    """
+    connection = await session.connection()
+    raw: Any = (await connection.get_raw_connection()).driver_connection
+    if not raw.is_in_transaction():
+        await session.execute(text("SELECT 1"))
+    return raw
+
+
+async def enqueue(
+    session: AsyncSession,
+    job: str,
+    payload: Mapping[str, Any],
+    *,
+    dedupe_key: str | None = None,
+    delay: timedelta | None = None,
+) -> int | None:
+    """Queue `job` in the session's transaction; its id, or None when `dedupe_key` is
+    already queued or running (then nothing is added)."""
+    queries = queue_queries(AsyncpgDriver(await raw_connection(session)))
+    body = json.dumps(dict(payload), separators=(",", ":")).encode()
+    ids = await queries.enqueue(
+        job, body, execute_after=delay, dedupe_key=dedupe_key, on_conflict="skip"
+    )
+    return int(ids[0]) if ids[0] is not None else None

@@ -1,0 +1,106 @@
+"""Automatic synthesize-only consolidation: every N memories written in a scope enqueue
+a job; the job runs in the worker; a failing enqueue never fails the write."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.consolidation import auto
+from app.resources import Resources
+from app.worker.jobs import default_registry
+from app.worker.runner import Worker
+from tests.conftest import TenantKey, make_client
+from tests.integration.consolidation.conftest import memory, seed, summaries, wait_for_run
+
+
+@pytest.fixture
+def auto_resources(resources: Resources) -> Resources:
+    settings = resources.settings.model_copy(update={"auto_consolidate_every": 3})
+    return dataclasses.replace(resources, settings=settings, background=[])
+
+
+@pytest.fixture
+async def auto_client(auto_resources: Resources,
+                      tenant: TenantKey) -> AsyncIterator[httpx.AsyncClient]:
+    async with make_client(auto_resources, tenant.headers) as c:
+        yield c
+
+
+async def written(resources: Resources, tenant: TenantKey) -> dict[str, int]:
+    async with resources.engine.connect() as conn:
+        rows = (await conn.execute(
+            text("SELECT scope_key, written FROM scope_write_counters WHERE tenant_id = :t"),
+            {"t": tenant.tenant_id})).all()
+    return {r.scope_key: r.written for r in rows}
+
+
+async def wait_for_auto_run(client: httpx.AsyncClient) -> dict[str, Any]:
+    for _ in range(200):
+        runs = (await client.get("/v1/consolidations")).json()["items"]
+        if runs:
+            return await wait_for_run(client, runs[0]["id"])
+        await asyncio.sleep(0.05)
+    raise AssertionError("no automatic run appeared")
+
+
+async def test_every_nth_write_in_a_scope_runs_a_synthesize_only_consolidation(
+    auto_client: httpx.AsyncClient, auto_resources: Resources, tenant: TenantKey,
+) -> None:
+    worker = Worker(auto_resources, default_registry(), poll_interval=timedelta(seconds=1))
+    await worker.start()
+    try:
+        ids = await seed(auto_client, [memory(f"note {i}", i) for i in range(2)])
+        await seed(auto_client, [memory("unscoped", 0, user_id=None)] * 3)
+        assert await written(auto_resources, tenant) == {'["u1",null,null,null]': 2}
+        await asyncio.sleep(0.2)
+        assert (await auto_client.get("/v1/consolidations")).json()["items"] == []
+
+        ids += await seed(auto_client, [memory("note 2", 2)])
+
+        run = await wait_for_auto_run(auto_client)
+        assert (run["trigger"], run["status"]) == ("auto", "succeeded")
+        assert run["request"]["mode"] == "synthesize_only"
+        assert run["request"]["user_id"] == "u1"
+        (summary,) = await summaries(auto_client, user_id="u1")
+        assert summary["summary_of"] == ids[:2]
+        listed = await auto_client.get("/v1/memories", params={"user_id": "u1"})
+        assert {m["id"] for m in listed.json()["items"]} >= set(ids)
+    finally:
+        await worker.stop()
+
+
+async def test_a_failing_enqueue_never_fails_the_write(
+    auto_client: httpx.AsyncClient, auto_resources: Resources, tenant: TenantKey,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def broken_enqueue(session: AsyncSession, *args: Any, **kwargs: Any) -> None:
+        await session.execute(text("SELECT 1 / 0"))  # a real database error
+
+    monkeypatch.setattr(auto, "enqueue", broken_enqueue)
+
+    ids = await seed(auto_client, [memory(f"note {i}", i) for i in range(3)])
+    single = await auto_client.post("/v1/memories", json=memory("one more", 9))
+
+    assert single.status_code == 201
+    for memory_id in [*ids, single.json()["id"]]:
+        assert (await auto_client.get(f"/v1/memories/{memory_id}")).status_code == 200
+    # The savepoint took the count back with the failed enqueue.
+    assert await written(auto_resources, tenant) == {'["u1",null,null,null]': 1}
+    assert (await auto_client.get("/v1/consolidations")).json()["items"] == []
+
+
+async def test_auto_consolidation_is_off_by_default(
+    client: httpx.AsyncClient, resources: Resources, tenant: TenantKey,
+) -> None:
+    assert resources.settings.auto_consolidate_every == 0
+    await seed(client, [memory(f"note {i}", i) for i in range(5)])
+    assert await written(resources, tenant) == {}

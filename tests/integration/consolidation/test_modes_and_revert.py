@@ -1,0 +1,173 @@
+"""archive vs synthesize_only, summaries and re-folding, revert, and tenant isolation."""
+
+from __future__ import annotations
+
+import httpx
+
+from app.resources import Resources
+from tests.conftest import create_tenant_key, make_client
+from tests.integration.consolidation.conftest import (
+    consolidate,
+    get_memory,
+    memory,
+    seed,
+    summaries,
+)
+
+
+async def active_ids(client: httpx.AsyncClient, **params: str) -> set[str]:
+    resp = await client.get("/v1/memories", params={"limit": 500, **params})
+    return {m["id"] for m in resp.json()["items"]}
+
+
+async def test_archive_mode_moves_sources_out_of_the_active_set(
+    client: httpx.AsyncClient,
+) -> None:
+    ids = await seed(client, [memory(f"note {i}", i) for i in range(4)])
+
+    result = await consolidate(client, user_id="u1", mode="archive")
+
+    (group,) = result["groups"]
+    assert result["deleted"] == 3
+    assert await active_ids(client, user_id="u1") == {ids[3], group["summary_id"]}
+    archived = await client.get("/v1/memories", params={"user_id": "u1",
+                                                        "include_archived": "true"})
+    assert len(archived.json()["items"]) == 5
+    folded = await get_memory(client, ids[0])
+    assert folded["archived_at"] is not None
+    assert folded["consolidation_id"] == result["id"]
+
+
+async def test_synthesize_only_keeps_sources_active_and_does_not_summarise_twice(
+    client: httpx.AsyncClient,
+) -> None:
+    ids = await seed(client, [memory(f"note {i}", i) for i in range(4)])
+
+    result = await consolidate(client, user_id="u1", mode="synthesize_only")
+
+    (group,) = result["groups"]
+    assert (result["consolidated"], result["created"], result["deleted"]) == (3, 1, 0)
+    assert group["removed_ids"] == []
+    assert group["folded_ids"] == ids[:3]
+    assert await active_ids(client, user_id="u1") == {*ids, group["summary_id"]}
+    assert (await get_memory(client, ids[0]))["consolidation_id"] is None
+    # Memories a live summary already covers are not summarised again.
+    again = await consolidate(client, user_id="u1", mode="synthesize_only")
+    assert again["groups"] == []
+    assert len(await summaries(client, user_id="u1")) == 1
+
+
+async def test_summaries_are_not_refolded_unless_asked(client: httpx.AsyncClient) -> None:
+    await seed(client, [memory(f"note {i}", i) for i in range(4)])
+    first = await consolidate(client, user_id="u1")
+    await seed(client, [memory(f"later {i}", 10 + i) for i in range(3)])
+
+    second = await consolidate(client, user_id="u1")
+
+    summary_id = first["groups"][0]["summary_id"]
+    assert summary_id not in second["groups"][0]["removed_ids"]
+    assert (await get_memory(client, summary_id))["archived_at"] is None
+
+    await seed(client, [memory(f"latest {i}", 20 + i) for i in range(3)])
+    third = await consolidate(client, user_id="u1", include_summaries=True)
+    folded = {i for g in third["groups"] for i in g["removed_ids"]}
+    assert summary_id in folded
+    refolded = await get_memory(client, summary_id)
+    assert refolded["archived_at"] is not None
+    # A folded summary keeps the run that wrote it as its lineage.
+    assert refolded["consolidation_id"] == first["id"]
+
+
+async def test_revert_restores_sources_and_deletes_summaries(
+    client: httpx.AsyncClient,
+) -> None:
+    ids = await seed(client, [memory(f"note {i}", i, category=c)
+                              for i, c in enumerate("aaabbb")])
+    result = await consolidate(client, user_id="u1")
+    assert result["created"] == 2
+
+    resp = await client.post(f"/v1/consolidations/{result['id']}/revert")
+
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["reverted_at"] is not None
+    assert await active_ids(client, user_id="u1") == set(ids)
+    restored = await get_memory(client, ids[0])
+    assert (restored["archived_at"], restored["consolidation_id"]) == (None, None)
+    for group in result["groups"]:
+        assert (await client.get(f"/v1/memories/{group['summary_id']}")).status_code == 404
+    again = await client.post(f"/v1/consolidations/{result['id']}/revert")
+    assert again.status_code == 409
+    assert "already reverted" in again.json()["detail"]
+
+
+async def test_revert_is_refused_once_a_summary_was_consolidated_again(
+    client: httpx.AsyncClient,
+) -> None:
+    await seed(client, [memory(f"note {i}", i) for i in range(4)])
+    first = await consolidate(client, user_id="u1")
+    # One newcomer outranks the summary (0.7), so the summary is folded, not kept.
+    await seed(client, [memory(f"later {i}", 10 + i, importance=0.9 if i == 0 else 0.5)
+                        for i in range(3)])
+    second = await consolidate(client, user_id="u1", include_summaries=True)
+    summary_id = first["groups"][0]["summary_id"]
+    assert summary_id in second["groups"][0]["removed_ids"]
+
+    resp = await client.post(f"/v1/consolidations/{first['id']}/revert")
+
+    assert resp.status_code == 409
+    assert summary_id in resp.json()["detail"]
+    # Reverting the later run first makes the earlier one revertible.
+    assert (await client.post(f"/v1/consolidations/{second['id']}/revert")).status_code == 200
+    assert (await client.post(f"/v1/consolidations/{first['id']}/revert")).status_code == 200
+    assert len(await active_ids(client, user_id="u1")) == 7
+
+
+async def test_synthesize_only_and_dry_runs_cannot_be_reverted(
+    client: httpx.AsyncClient,
+) -> None:
+    await seed(client, [memory(f"note {i}", i) for i in range(4)])
+    dry = await consolidate(client, user_id="u1", dry_run=True)
+    synth = await consolidate(client, user_id="u1", mode="synthesize_only")
+
+    for run, reason in ((synth, "synthesize_only"), (dry, "dry run")):
+        resp = await client.post(f"/v1/consolidations/{run['id']}/revert")
+        assert resp.status_code == 409
+        assert reason in resp.json()["detail"]
+
+
+async def test_runs_are_confined_to_their_tenant(
+    client: httpx.AsyncClient, resources: Resources,
+) -> None:
+    await seed(client, [memory(f"note {i}", i) for i in range(4)])
+    run = await consolidate(client, user_id="u1")
+    other = await create_tenant_key(resources)
+
+    async with make_client(resources, other.headers) as stranger:
+        assert (await stranger.get(f"/v1/consolidations/{run['id']}")).status_code == 404
+        assert (await stranger.get("/v1/consolidations")).json()["items"] == []
+        reverted = await stranger.post(f"/v1/consolidations/{run['id']}/revert")
+        assert reverted.status_code == 404
+        # Its own run on the same scope name sees none of the first tenant's memories.
+        own = await consolidate(stranger, user_id="u1")
+        assert own["candidates"] == 0
+
+    assert (await client.get(f"/v1/consolidations/{run['id']}")).json()["reverted_at"] is None
+
+
+async def test_runs_are_listed_newest_first_with_cursor_paging(
+    client: httpx.AsyncClient,
+) -> None:
+    await seed(client, [memory(f"note {i}", i) for i in range(3)])
+    made = [(await consolidate(client, user_id="u1", dry_run=True))["id"] for _ in range(5)]
+
+    seen: list[str] = []
+    cursor = None
+    while True:
+        params = {"limit": 2, **({"cursor": cursor} if cursor else {})}
+        page = (await client.get("/v1/consolidations", params=params)).json()
+        seen += [r["id"] for r in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+
+    assert seen == made[::-1]

@@ -1,0 +1,119 @@
+"""A run cut off by a crash is never left running: the sweep marks it failed, keeps what
+it committed, and leaves alone a run whose lock is still held."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import uuid
+
+import httpx
+from sqlalchemy import text
+
+from app.consolidation.locks import ScopeLock
+from app.consolidation.registry import build_composition
+from app.consolidation.repository import ConsolidationRepository
+from app.consolidation.runs import CUT_OFF, ConsolidationRunner, fail_abandoned_runs, run_values
+from app.consolidation.schemas import ConsolidationRequest
+from app.consolidation.service import compose
+from app.ids import uuid7
+from app.resources import Resources
+from tests.conftest import TenantKey, make_client
+from tests.integration.consolidation.conftest import GatedLLM, memory, seed
+
+
+async def dead_backend_pid(resources: Resources) -> int:
+    async with resources.engine.connect() as conn:
+        pid = int(await conn.scalar(text("SELECT pg_backend_pid()")))
+        await conn.invalidate()  # closes it: this backend exits
+    return pid
+
+
+async def record_run(resources: Resources, tenant_id: uuid.UUID, *, key: int, pid: int,
+                     groups: list[list[str]]) -> uuid.UUID:
+    request = ConsolidationRequest(user_id="u1")
+    values = run_values(request, build_composition(), key, "api", run_id=uuid7(), pid=pid)
+    values["groups"] = [{"category": "general", "kept_id": None, "summary_id": None,
+                         "removed_ids": g, "folded_ids": g, "mode": None,
+                         "outcome": "pending"} for g in groups]
+    values["groups_total"] = len(groups)
+    async with resources.sessionmaker() as session, session.begin():
+        run = await ConsolidationRepository(session, tenant_id).insert_run(values)
+    return run.id
+
+
+async def test_a_run_whose_process_died_is_marked_failed_and_keeps_its_committed_groups(
+    client: httpx.AsyncClient, resources: Resources, tenant: TenantKey,
+) -> None:
+    ids = await seed(client, [memory(f"note {i}", i) for i in range(6)])
+    run_id = await record_run(resources, tenant.tenant_id, key=12345,
+                              pid=await dead_backend_pid(resources),
+                              groups=[ids[0:2], ids[2:4]])
+    # The first group committed before the crash: its summary exists, sources archived.
+    summary_id = uuid7()
+    async with resources.sessionmaker() as session, session.begin():
+        repo = ConsolidationRepository(session, tenant.tenant_id)
+        (vector,) = await resources.embedder.embed(["- note 0\n- note 1"])
+        await repo.insert_summary({
+            "id": summary_id, "content": "- note 0\n- note 1", "user_id": "u1",
+            "source": "summary", "fact_role": "summary", "summary_of": ids[0:2],
+            "consolidation_id": run_id, "embedding": vector})
+        await repo.archive(ids[0:2], run_id)
+
+    assert await fail_abandoned_runs(resources.sessionmaker) >= 1
+
+    run = (await client.get(f"/v1/consolidations/{run_id}")).json()
+    assert run["status"] == "failed"
+    assert run["error"] == CUT_OFF
+    assert run["finished_at"] is not None
+    assert [(g["outcome"], g["summary_id"], g["removed_ids"]) for g in run["groups"]] == [
+        ("written", str(summary_id), ids[0:2]), ("failed", None, [])]
+    assert (await client.get(f"/v1/memories/{summary_id}")).status_code == 200
+    # It is now an ordinary failed archive run: revert undoes the committed group.
+    assert (await client.post(f"/v1/consolidations/{run_id}/revert")).status_code == 200
+
+
+async def test_a_run_whose_lock_is_still_held_is_left_running(
+    resources: Resources, tenant: TenantKey,
+) -> None:
+    lock = ScopeLock(resources.engine, 67890)
+    assert await lock.try_acquire()
+    assert lock.pid is not None
+    try:
+        run_id = await record_run(resources, tenant.tenant_id, key=67890, pid=lock.pid,
+                                  groups=[])
+        await fail_abandoned_runs(resources.sessionmaker)
+        async with resources.sessionmaker() as session:
+            run = await ConsolidationRepository(session, tenant.tenant_id).get_run(run_id)
+        assert run is not None
+        assert run.status == "running"
+    finally:
+        await lock.release()
+    await fail_abandoned_runs(resources.sessionmaker)
+    async with resources.sessionmaker() as session:
+        run = await ConsolidationRepository(session, tenant.tenant_id).get_run(run_id)
+    assert run is not None
+    assert run.status == "failed"
+
+
+async def test_a_cancelled_run_marks_itself_failed(
+    resources: Resources, tenant: TenantKey,
+) -> None:
+    llm = GatedLLM()
+    held = dataclasses.replace(resources, llm=llm, background=[])
+    async with make_client(held, tenant.headers) as client:
+        await seed(client, [memory(f"note {i}", i) for i in range(4)])
+        request = ConsolidationRequest(user_id="u1", strategy="llm")
+        runner = ConsolidationRunner(held, tenant.tenant_id)
+        task = asyncio.create_task(runner.run_now(request, compose(request, held)))
+        await asyncio.wait_for(llm.started.wait(), 10)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+        (run,) = (await client.get("/v1/consolidations")).json()["items"]
+        assert run["status"] == "failed"
+        assert run["error"] == CUT_OFF
+        # Its lock went with it: the scope can run again.
+        llm.release.set()
+        again = await client.post("/v1/consolidations", json={"user_id": "u1"})
+        assert again.status_code == 200

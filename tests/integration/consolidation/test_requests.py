@@ -1,0 +1,157 @@
+"""What a run is refused for (422s naming the field), and what it picks as candidates."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from app.resources import Resources
+from tests.conftest import TenantKey, make_client
+from tests.integration.consolidation.conftest import consolidate, get_memory, memory, seed
+
+
+def fields(resp: httpx.Response) -> list[str]:
+    assert resp.status_code == 422, resp.text
+    assert resp.headers["content-type"].startswith("application/problem+json")
+    return [e["field"] for e in resp.json()["errors"]]
+
+
+async def test_a_request_with_no_scope_and_no_criteria_is_refused(
+    client: httpx.AsyncClient,
+) -> None:
+    await seed(client, [memory(f"note {i}", i) for i in range(4)])
+
+    for body in ({}, {"strategy": "simple", "mode": "archive"}, {"max_importance": 1.0},
+                 {"tags": []}):
+        resp = await client.post("/v1/consolidations", json=body)
+        assert fields(resp) == ["body"], body
+        assert "whole tenant" in resp.json()["detail"]
+    # Nothing was recorded or folded.
+    assert (await client.get("/v1/consolidations")).json()["items"] == []
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"strategy": "clever"}, "strategy"),
+        ({"mode": "shred"}, "mode"),
+        ({"group_threshold": 1}, "group_threshold"),
+        ({"surprise": True}, "surprise"),
+        ({"op": {"name": "poetry"}}, "op"),
+        ({"op": {"name": "concatenate", "max_chars": 10}}, "op.concatenate.max_chars"),
+        ({"op": {"name": "extractive", "bogus": 1}}, "op.extractive.bogus"),
+        ({"selector": {"name": "similarity_cluster", "max_distance": 3}},
+         "selector.similarity_cluster.max_distance"),
+        ({"older_than_seconds": 0}, "older_than_seconds"),
+        ({"max_importance": 2}, "max_importance"),
+        ({"async": "later"}, "async"),
+    ],
+)
+async def test_bad_parameters_are_422_naming_the_field(
+    client: httpx.AsyncClient, body: dict[str, Any], field: str
+) -> None:
+    resp = await client.post("/v1/consolidations", json={"user_id": "u1", **body})
+    assert fields(resp) == [field]
+
+
+async def test_a_strategy_that_needs_an_llm_is_refused_when_none_is_configured(
+    client: httpx.AsyncClient,
+) -> None:
+    for body, field in (({"strategy": "llm"}, "strategy"), ({"strategy": "dual_mode"}, "strategy"),
+                        ({"op": {"name": "abstractive"}}, "op")):
+        resp = await client.post("/v1/consolidations", json={"user_id": "u1", **body})
+        assert fields(resp) == [field]
+        assert "needs an LLM and none is configured" in resp.json()["detail"]
+
+
+async def test_simple_and_extractive_work_without_an_llm(client: httpx.AsyncClient) -> None:
+    await seed(client, [memory(f"Met Bob on day {i}.", i) for i in range(3)])
+
+    result = await consolidate(client, user_id="u1", op={"name": "extractive"})
+
+    assert result["status"] == "succeeded"
+    assert [g["mode"] for g in result["groups"]] == ["extractive"]
+
+
+async def test_every_criterion_is_a_predicate_of_the_candidate_query(
+    client: httpx.AsyncClient,
+) -> None:
+    items = [memory(f"keep {i}", i, tags=["a", "b"], category="c1", importance=0.3)
+             for i in range(3)]
+    items += [
+        memory("wrong tag", 10, tags=["a"], category="c1", importance=0.3),
+        memory("wrong category", 11, tags=["a", "b"], category="c2", importance=0.3),
+        memory("too important", 12, tags=["a", "b"], category="c1", importance=0.9),
+        memory("too recent", 13, tags=["a", "b"], category="c1", importance=0.3,
+               created_at="2100-01-01T00:00:00Z"),
+        memory("expired", 14, tags=["a", "b"], category="c1", importance=0.3,
+               expires_at="2020-01-01T00:00:00Z"),
+        memory("other scope", 15, tags=["a", "b"], category="c1", importance=0.3,
+               user_id="u2"),
+    ]
+    ids = await seed(client, items)
+
+    result = await consolidate(client, user_id="u1", tags=["a", "b"], categories=["c1"],
+                               max_importance=0.5, older_than_seconds=60, dry_run=True)
+
+    assert result["candidates"] == 3
+    (group,) = result["groups"]
+    assert {group["kept_id"], *group["removed_ids"]} == set(ids[:3])
+
+
+async def test_a_dry_run_reports_the_plan_and_changes_nothing(
+    client: httpx.AsyncClient,
+) -> None:
+    ids = await seed(client, [memory(f"note {i}", i, importance=0.1 * i) for i in range(4)])
+
+    result = await consolidate(client, user_id="u1", dry_run=True)
+
+    assert result["status"] == "planned"
+    assert result["dry_run"] is True
+    assert result["groups"] == [{
+        "category": "general", "kept_id": ids[3], "summary_id": None,
+        "removed_ids": ids[:3], "folded_ids": ids[:3], "mode": None, "outcome": "planned",
+        "error": None, "detail": None,
+    }]
+    assert (result["consolidated"], result["created"], result["deleted"]) == (0, 0, 0)
+    assert result["progress"] == {"groups_done": 0, "groups_total": 1}
+    for memory_id in ids:
+        assert (await get_memory(client, memory_id))["archived_at"] is None
+    listed = (await client.get("/v1/memories", params={"user_id": "u1"})).json()["items"]
+    assert len(listed) == 4
+    assert all(m["fact_role"] == "fact" for m in listed)
+    # The plan is recorded and readable later.
+    again = (await client.get(f"/v1/consolidations/{result['id']}")).json()
+    assert again["groups"] == result["groups"]
+
+
+@pytest.fixture
+async def small_scan_client(resources: Resources,
+                            tenant: TenantKey) -> AsyncIterator[httpx.AsyncClient]:
+    settings = resources.settings.model_copy(update={"consolidation_scan_limit": 4})
+    async with make_client(dataclasses.replace(resources, settings=settings),
+                           tenant.headers) as c:
+        yield c
+
+
+async def test_the_scan_limit_caps_real_matches_and_reports_the_remainder(
+    small_scan_client: httpx.AsyncClient,
+) -> None:
+    client = small_scan_client
+    ids = await seed(client, [memory(f"note {i}", i) for i in range(7)]
+                     + [memory("other category", 0, category="x")])
+
+    first = await consolidate(client, user_id="u1", categories=["general"])
+
+    # The oldest four matches, then the rest (the non-matching row never counted).
+    assert (first["candidates"], first["remainder"]) == (4, 3)
+    assert first["groups"][0]["removed_ids"] == ids[:3]
+    second = await consolidate(client, user_id="u1", categories=["general"])
+    # The first run's kept entry is a candidate again, now beside the newer ones.
+    assert (second["candidates"], second["remainder"]) == (4, 0)
+    assert second["groups"][0]["kept_id"] == ids[6]
+    assert second["groups"][0]["removed_ids"] == ids[3:6]
