@@ -62,7 +62,7 @@ class Settings(BaseSettings):
     # A scope with fewer visible rows than this is ranked exactly instead of through HNSW.
     search_exact_below: int = Field(default=1000, ge=0, le=100_000)
     # At most this many full-text matches are BM25-scored per query (bounds the tail).
-    search_text_match_cap: int = Field(default=2000, ge=10, le=1_000_000)
+    search_text_match_cap: int = Field(default=500, ge=10, le=1_000_000)
     search_bm25_k1: float = Field(default=1.2, ge=0, le=10)
     search_bm25_b: float = Field(default=0.75, ge=0, le=1)
     hnsw_ef_search: int = Field(default=40, ge=1, le=1000)

@@ -42,9 +42,9 @@ class RetrievalLimits:
     vector_candidates: int = 50
     text_candidates: int = 50
     exact_below: int = 1000
-    text_match_cap: int = 2000
-    df_cap: int = 5000
-    corpus_cap: int = 50000
+    text_match_cap: int = 500
+    df_cap: int = 1000
+    corpus_cap: int = 10000
     bm25_k1: float = 1.2
     bm25_b: float = 0.75
 
@@ -99,7 +99,7 @@ corpus AS MATERIALIZED (
     FROM (SELECT 1 FROM memories m WHERE {where} LIMIT :corpus_cap) s
 ),
 idf AS MATERIALIZED (
-    SELECT t.lexeme,
+    SELECT t.lexeme, df.n,
            ln(1 + ((SELECT n FROM corpus) - df.n + 0.5) / (df.n + 0.5)) AS w
     FROM terms t
     CROSS JOIN LATERAL (
@@ -111,12 +111,20 @@ idf AS MATERIALIZED (
         ) s
     ) df
 ),
+-- The cap is filled from rows holding an informative term (one below the df cap) when
+-- the query has one: a row with only common terms scores below any of those, and a plain
+-- LIMIT would keep whichever matches come first on disk.
+match_query AS MATERIALIZED (
+    SELECT coalesce(
+        (SELECT string_agg(quote_literal(lexeme), ' | ') FROM idf WHERE n < :df_cap),
+        (SELECT string_agg(quote_literal(lexeme), ' | ') FROM idf),
+        ''
+    )::tsquery AS q
+),
 matched AS MATERIALIZED (
     SELECT m.id, m.tsv, length(m.tsv)::float8 AS dl
     FROM memories m
-    WHERE {where}
-      AND m.tsv @@ (SELECT coalesce(string_agg(quote_literal(lexeme), ' | '), '')::tsquery
-                    FROM terms)
+    WHERE {where} AND m.tsv @@ (SELECT q FROM match_query)
     LIMIT :text_match_cap
 ),
 bm25 AS (

@@ -1,0 +1,120 @@
+"""`python -m app serve` with timing hooks, for `bench/search.py --profile`.
+
+Runs the unmodified service (same settings, same code path: it calls `app.cli.main(["serve"])`)
+but wraps, at import time:
+
+* the ASGI app: server-side wall time of every POST /v1/search (first byte handed to the app
+  to the last byte of the answer), tagged with the scope class the benchmark sends in the
+  `x-bench-class` header (a context variable carries the tag into the hooks below),
+* `LocalEmbedder.embed`: what the request waits for its query vector (includes the
+  micro-batcher's queue and the hand-off to the embedder thread),
+* `LocalEmbedder._encode`: the model's forward pass alone, on the embedder thread (untagged:
+  a batch can serve several requests),
+* `SearchRepository.candidates`: the candidate SQL round trip plus building Memory models,
+* `SearchPipeline.run`: the pure stages (fusion, scoring, down-weight, cut),
+* `AsyncSession.commit`: the request's COMMIT.
+
+Each call costs two clock reads and one list append. On exit (SIGINT/SIGTERM make uvicorn
+shut down cleanly) the records are written as JSON to `$ENGRAM_BENCH_PROFILE_OUT`.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import os
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+# (kind, class tag, wall-clock start in seconds since the epoch, duration in seconds)
+RECORDS: list[tuple[str, str, float, float]] = []
+TAG: contextvars.ContextVar[str] = contextvars.ContextVar("bench_class", default="")
+
+
+def _wrap_async(kind: str, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        wall, start = time.time(), time.perf_counter()
+        try:
+            return await fn(*args, **kwargs)
+        finally:
+            RECORDS.append((kind, TAG.get(), wall, time.perf_counter() - start))
+
+    return wrapper
+
+
+def _wrap_sync(kind: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        wall, start = time.time(), time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            RECORDS.append((kind, TAG.get(), wall, time.perf_counter() - start))
+
+    return wrapper
+
+
+def install() -> None:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    import app.main
+    from app.providers.local_embedder import LocalEmbedder
+    from app.search.pipeline import SearchPipeline
+    from app.search.repository import SearchRepository
+
+    hooks: list[tuple[Any, str, Any]] = [
+        (LocalEmbedder, "embed", _wrap_async("embed", LocalEmbedder.embed)),
+        (LocalEmbedder, "_encode", _wrap_sync("encode", LocalEmbedder._encode)),
+        (SearchRepository, "candidates", _wrap_async("candidates", SearchRepository.candidates)),
+        (SearchPipeline, "run", _wrap_sync("pipeline", SearchPipeline.run)),
+        (AsyncSession, "commit", _wrap_async("commit", AsyncSession.commit)),
+    ]
+    for target, name, wrapped in hooks:
+        setattr(target, name, wrapped)
+
+    original_create_app = app.main.create_app
+
+    def create_app(*args: Any, **kwargs: Any) -> Any:
+        inner = original_create_app(*args, **kwargs)
+
+        async def timed(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] != "http" or scope["path"] != "/v1/search":
+                await inner(scope, receive, send)
+                return
+            tag = ""
+            for key, value in scope.get("headers", []):
+                if key == b"x-bench-class":
+                    tag = value.decode()
+            token = TAG.set(tag)
+            wall, start = time.time(), time.perf_counter()
+            try:
+                await inner(scope, receive, send)
+            finally:
+                RECORDS.append(("request", tag, wall, time.perf_counter() - start))
+                TAG.reset(token)
+
+        return timed
+
+    app.main.create_app = create_app  # cli.serve imports it at call time
+
+
+def dump() -> None:
+    out = os.environ.get("ENGRAM_BENCH_PROFILE_OUT")
+    if out:
+        with open(out, "w") as fh:
+            json.dump(RECORDS, fh)
+
+
+def main() -> int:
+    install()
+    from app.cli import main as cli_main
+
+    try:
+        return cli_main(["serve"])
+    finally:
+        dump()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
