@@ -17,10 +17,10 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy.exc import DBAPIError
+import asyncpg
 
 from app.consolidation.composite import GroupOutcome
-from app.consolidation.repository import ConsolidationRepository, Snapshot, SourceState
+from app.consolidation.repository import GroupWriter, Snapshot, SourceState
 from app.consolidation.schemas import ConsolidationGroup, ConsolidationRequest
 from app.consolidation.txn import RunTransactions
 from app.consolidation.types import Entry, Group, OpResult
@@ -93,9 +93,9 @@ class GroupExecutor:
             except StaleSources as exc:
                 unwritten = self._unwritten(group, "skipped", "sources_changed", str(exc),
                                             result)
-            except (DBAPIError, OSError) as exc:
+            except (asyncpg.PostgresError, OSError) as exc:
                 log.warning("consolidation group write failed, left as it was: %s", exc)
-                detail = str(getattr(exc, "orig", exc))[:500]
+                detail = str(exc)[:500]
                 unwritten = self._unwritten(group, "failed", "write_failed", detail, result)
             finally:
                 self.write_seconds += time.perf_counter() - started
@@ -112,8 +112,8 @@ class GroupExecutor:
 
     async def _write(self, group: Group, result: OpResult, vector: list[float]) -> uuid.UUID:
         represented = list(result.represented_ids)
-        async with self.transactions.begin() as session:
-            repo = ConsolidationRepository(session, self.tenant_id)
+        async with self.transactions.driver() as connection:
+            repo = GroupWriter(connection, self.tenant_id)
             self._check_unchanged(represented, await repo.lock_sources(represented))
             summary_id = uuid7()
             await repo.insert_summary(self._summary_row(summary_id, group, result, vector))
@@ -167,5 +167,5 @@ class GroupExecutor:
             await self._count_done_locked()
 
     async def _count_done_locked(self) -> None:
-        async with self.transactions.begin() as session:
-            await ConsolidationRepository(session, self.tenant_id).add_progress(self.run_id)
+        async with self.transactions.driver(transaction=False) as connection:
+            await GroupWriter(connection, self.tenant_id).add_progress(self.run_id)

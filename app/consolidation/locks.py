@@ -83,9 +83,8 @@ class ScopeLock:
         self.pid: int | None = None
         self.connection: AsyncConnection | None = None
 
-    async def try_acquire(self) -> bool:
-        """Take the lock if it is free. The run's connection then also commits without
-        waiting for the WAL flush (see `txn.RunTransactions`); `release` undoes that."""
+    async def try_acquire(self) -> AsyncConnection | None:
+        """The run's connection, holding the lock; None when the lock is taken."""
         connection = await self.engine.connect()
         try:
             # Straight on the driver, outside any transaction: one round trip, and the
@@ -99,10 +98,10 @@ class ScopeLock:
             raise
         if not row["got"]:
             await connection.close()
-            return False
+            return None
         self.pid = int(row["pid"])
         self.connection = connection
-        return True
+        return connection
 
     async def release(self) -> None:
         connection, self.connection = self.connection, None

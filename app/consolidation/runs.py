@@ -72,10 +72,11 @@ class ConsolidationRunner:
         run_id = uuid7()
         key = run_lock_key(self.tenant_id, request, run_id)
         lock = ScopeLock(self.resources.engine, key)
-        if not await lock.try_acquire():
+        connection = await lock.try_acquire()
+        if connection is None:
             raise await self.busy_error(key)
         try:
-            tx = RunTransactions(self.resources.sessionmaker, lock.connection)
+            tx = RunTransactions(connection)
             async with tx.begin() as session:
                 await ConsolidationRepository(session, self.tenant_id).insert_run(run_values(
                     request, composition, key, trigger, run_id=run_id, pid=lock.pid))
@@ -91,14 +92,15 @@ class ConsolidationRunner:
             return  # finished or failed already: a duplicate delivery
         request = ConsolidationRequest.model_validate(run.request)
         lock = ScopeLock(self.resources.engine, run.lock_key)
-        if not await lock.try_acquire():
+        connection = await lock.try_acquire()
+        if connection is None:
             raise await self.busy_error(run.lock_key)
         try:
             if run.started_at is not None:
                 # Delivered again: the worker that started it is gone (its lock is free).
                 await self._fail(run_id, CUT_OFF)
                 return
-            tx = RunTransactions(self.resources.sessionmaker, lock.connection)
+            tx = RunTransactions(connection)
             async with tx.begin() as session:
                 claimed = await ConsolidationRepository(session, self.tenant_id).update_run(
                     run_id, {"started_at": func.now(), "lock_pid": lock.pid},

@@ -12,7 +12,7 @@ from sqlalchemy import text
 
 from app.consolidation.locks import ScopeLock
 from app.consolidation.registry import build_composition
-from app.consolidation.repository import ConsolidationRepository
+from app.consolidation.repository import ConsolidationRepository, GroupWriter
 from app.consolidation.runs import CUT_OFF, ConsolidationRunner, fail_abandoned_runs, run_values
 from app.consolidation.schemas import ConsolidationRequest
 from app.consolidation.service import compose
@@ -51,14 +51,18 @@ async def test_a_run_whose_process_died_is_marked_failed_and_keeps_its_committed
                               groups=[ids[0:2], ids[2:4]])
     # The first group committed before the crash: its summary exists, sources archived.
     summary_id = uuid7()
-    async with resources.sessionmaker() as session, session.begin():
-        repo = ConsolidationRepository(session, tenant.tenant_id)
-        (vector,) = await resources.embedder.embed(["- note 0\n- note 1"])
-        await repo.insert_summary({
-            "id": summary_id, "content": "- note 0\n- note 1", "user_id": "u1",
-            "source": "summary", "fact_role": "summary", "summary_of": ids[0:2],
-            "consolidation_id": run_id, "embedding": vector})
-        await repo.archive(ids[0:2], run_id)
+    (vector,) = await resources.embedder.embed(["- note 0\n- note 1"])
+    async with resources.engine.connect() as conn:
+        raw = (await conn.get_raw_connection()).driver_connection
+        async with raw.transaction():
+            writer = GroupWriter(raw, tenant.tenant_id)
+            await writer.insert_summary({
+                "id": summary_id, "content": "- note 0\n- note 1", "user_id": "u1",
+                "agent_id": None, "session_id": None, "namespace": None,
+                "category": "general", "tags": [], "importance": 0.7, "source": "summary",
+                "fact_role": "summary", "summary_of": ids[0:2], "consolidation_id": run_id,
+                "metadata": {}, "embedding": vector})
+            assert await writer.archive(ids[0:2], run_id) == 2
 
     assert await fail_abandoned_runs(resources.sessionmaker) >= 1
 
