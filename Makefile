@@ -40,8 +40,11 @@ migrate: $(STAMP) ## upgrade the schema to head and exit
 revision: $(STAMP) ## new migration: make revision m="what it does"
 	$(BIN)/alembic revision -m "$(m)"
 
-bench: $(STAMP) ## run the benchmarks (prints numbers; takes minutes)
+bench: $(STAMP) ## run every benchmark (prints numbers; takes tens of minutes)
 	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/search.py
+	$(BIN)/python bench/consolidate.py
+	$(BIN)/python bench/retrieval_eval.py
 
 clean: ## remove the virtualenv (keeps .engram data)
 	rm -rf $(VENV)
