@@ -50,21 +50,21 @@ class Settings(BaseSettings):
     # Search: candidate depth of each list, the fusion and scoring weights, the summary
     # down-weight. Chosen from the sweep in bench/retrieval_eval.py (see the README).
     search_vector_candidates: int = Field(default=50, ge=1, le=1000)
-    search_text_candidates: int = Field(default=50, ge=1, le=1000)
-    search_rrf_k: float = Field(default=60.0, ge=0, le=1000)
+    search_text_candidates: int = Field(default=100, ge=1, le=1000)
+    search_rrf_k: float = Field(default=2.0, ge=0, le=1000)
     search_vector_weight: float = Field(default=1.0, ge=0, le=100)
-    search_text_weight: float = Field(default=1.0, ge=0, le=100)
+    search_text_weight: float = Field(default=0.5, ge=0, le=100)
     search_importance_weight: float = Field(default=0.02, ge=0, le=10)
     search_recency_weight: float = Field(default=0.01, ge=0, le=10)
     search_recency_half_life_days: float = Field(default=30.0, gt=0, le=36500)
     summary_downweight_factor: float = Field(default=0.5, gt=0, le=10)
-    summary_boost_factor: float = Field(default=1.25, ge=1, le=10)
+    summary_boost_factor: float = Field(default=2.0, ge=1, le=10)
     # A scope with fewer visible rows than this is ranked exactly instead of through HNSW.
     search_exact_below: int = Field(default=1000, ge=0, le=100_000)
     # At most this many full-text matches are BM25-scored per query (bounds the tail).
     search_text_match_cap: int = Field(default=500, ge=10, le=1_000_000)
-    search_bm25_k1: float = Field(default=1.2, ge=0, le=10)
-    search_bm25_b: float = Field(default=0.75, ge=0, le=1)
+    search_bm25_k1: float = Field(default=0.8, ge=0, le=10)
+    search_bm25_b: float = Field(default=0.25, ge=0, le=1)
     hnsw_ef_search: int = Field(default=40, ge=1, le=1000)
 
     # The LLM consolidation ops call (any OpenAI-compatible /chat/completions endpoint).

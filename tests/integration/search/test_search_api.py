@@ -608,7 +608,7 @@ async def test_bm25_uses_the_configured_k1_and_b(
     idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
     avgdl = sum(dl for dl, _ in matching.values()) / df
     k1, b = settings.search_bm25_k1, settings.search_bm25_b
-    assert (k1, b) == (1.2, 0.75)
+    assert b > 0  # the length-normalisation assertion below needs it
 
     answer = await search(client, "saxophone", top_k=100, explain=True)
 
