@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 
 from app.consolidation.auto import AutoConsolidation
 from app.deps import CallerDep, SessionDep, problems
@@ -46,14 +48,16 @@ def _service(request: Request, session: SessionDep, caller: CallerDep) -> Memory
 
 async def _create(
     request: Request, session: SessionDep, caller: CallerDep, key: str | None,
-    operation: str, body: Any, produce: Any,
+    operation: str, body: BaseModel, produce: Callable[[], Awaitable[tuple[int, Any]]],
 ) -> Response:
     if key is None:
         status, payload = await produce()
         return JSONResponse(payload, status_code=status)
     ttl = timedelta(hours=request.app.state.resources.settings.idempotency_ttl_hours)
     idempotency = IdempotencyService(IdempotencyRepository(session, caller.tenant_id), ttl)
-    outcome = await idempotency.run(check_key(key), operation, body, produce)
+    # Only a keyed request needs the canonical body (to hash); a batch of 1000 is not free.
+    canonical = body.model_dump(mode="json", exclude_unset=True)
+    outcome = await idempotency.run(check_key(key), operation, canonical, produce)
     headers = {"Idempotent-Replayed": "true"} if outcome.replayed else None
     return JSONResponse(outcome.body, status_code=outcome.status_code, headers=headers)
 
@@ -70,8 +74,8 @@ async def create_memory(
         (memory,) = await service.create_many([body])
         return 201, memory.model_dump(mode="json")
 
-    return await _create(request, session, caller, idempotency_key, "createMemory",
-                         body.model_dump(mode="json", exclude_unset=True), produce)
+    return await _create(request, session, caller, idempotency_key, "createMemory", body,
+                         produce)
 
 
 @router.post("/batch", operation_id="createMemories", status_code=201,
@@ -87,8 +91,8 @@ async def create_memories(
         memories = await service.create_many(body.items)
         return 201, MemoryBatch(items=memories).model_dump(mode="json")
 
-    return await _create(request, session, caller, idempotency_key, "createMemories",
-                         body.model_dump(mode="json", exclude_unset=True), produce)
+    return await _create(request, session, caller, idempotency_key, "createMemories", body,
+                         produce)
 
 
 @router.get("/{memory_id}", operation_id="getMemory", summary="Read one memory",
