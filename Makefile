@@ -44,7 +44,7 @@ bench: $(STAMP) ## run every benchmark (prints numbers; takes tens of minutes)
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/search.py
 	$(BIN)/python bench/consolidate.py
-	$(BIN)/python bench/retrieval_eval.py
+	$(BIN)/python -m bench.retrieval_eval
 
 clean: ## remove the virtualenv (keeps .engram data)
 	rm -rf $(VENV)

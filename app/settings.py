@@ -49,7 +49,7 @@ class Settings(BaseSettings):
 
     # Search: candidate depth of each list, the fusion and scoring weights, the summary
     # down-weight. Chosen from the sweep in bench/retrieval_eval.py (see the README).
-    search_vector_candidates: int = Field(default=50, ge=1, le=1000)
+    search_vector_candidates: int = Field(default=20, ge=1, le=1000)
     search_text_candidates: int = Field(default=100, ge=1, le=1000)
     search_rrf_k: float = Field(default=2.0, ge=0, le=1000)
     search_vector_weight: float = Field(default=1.0, ge=0, le=100)
@@ -61,11 +61,16 @@ class Settings(BaseSettings):
     summary_boost_factor: float = Field(default=2.0, ge=1, le=10)
     # A scope with fewer visible rows than this is ranked exactly instead of through HNSW.
     search_exact_below: int = Field(default=1000, ge=0, le=100_000)
-    # At most this many full-text matches are BM25-scored per query (bounds the tail).
+    # In a large scope, at most this many full-text matches are BM25-scored per query,
+    # found through the query's rarest terms; a term in more rows than text_max_df is
+    # never used to find rows (its GIN bitmap is the cost), only to score them.
     search_text_match_cap: int = Field(default=500, ge=10, le=1_000_000)
+    search_text_max_df: int = Field(default=5000, ge=1, le=100_000_000)
     search_bm25_k1: float = Field(default=0.8, ge=0, le=10)
     search_bm25_b: float = Field(default=0.25, ge=0, le=1)
     hnsw_ef_search: int = Field(default=40, ge=1, le=1000)
+    # How often the term statistics' delta rows are summed (app/search/term_stats.py).
+    term_stats_fold_seconds: float = Field(default=5.0, gt=0, le=3600)
 
     # The LLM consolidation ops call (any OpenAI-compatible /chat/completions endpoint).
     # No base URL means no LLM: strategies that need one are refused with 422.

@@ -190,11 +190,13 @@ class MemoSearchRepository(SearchRepository):
         self.stats = stats
 
     async def candidates(self, query_text: str, query_vector: Sequence[float],
-                         filters: SearchFilter, limits: RetrievalLimits) -> list[RetrievedRow]:
-        key = (query_text, filters.user_id, filters.include_summaries, limits)
+                         filters: SearchFilter, limits: RetrievalLimits, top_k: int = 0
+                         ) -> list[RetrievedRow]:
+        key = (query_text, filters.user_id, filters.include_summaries, limits, top_k)
         if key not in self.cache:
             t = time.perf_counter()
-            self.cache[key] = await super().candidates(query_text, query_vector, filters, limits)
+            self.cache[key] = await super().candidates(query_text, query_vector, filters,
+                                                       limits, top_k)
             self.stats.seconds += time.perf_counter() - t
             self.stats.calls += 1
         return self.cache[key]
@@ -365,7 +367,7 @@ class Evaluator:
         for qid, rs in rows.items():
             ranked = [r for r in rs if getattr(r, which) is not None]
             ranked.sort(key=lambda r: getattr(r, which))
-            out[qid] = [self.corpus.label[r.memory.id] for r in ranked]
+            out[qid] = [self.corpus.label[r.memory_id] for r in ranked]
         return out
 
     async def pipeline(self, overrides: dict[str, Any], questions: Sequence[Question] | None = None

@@ -1,17 +1,28 @@
 """Search speed benchmark: POST /v1/search through the real HTTP server at 10k and 100k rows.
 
+What is measured: the service embeds the query, then retrieves the candidates of both
+lists in ONE SQL statement (`SearchRepository.candidates`, app/search/repository.py: the
+small-scope probe, BM25 over the `term_stats` statistics, exact ranking for a small scope
+or HNSW otherwise, and the rows of both lists), run with a generic plan
+(plan_cache_mode=force_generic_plan, set transaction-locally with no parallel workers),
+then runs the pure pipeline and commits. A search therefore costs about
+embedding + candidate SQL + the rest (pipeline, commit, HTTP, validation, JSON).
+
 What it does, for each size in --rows (default 10000,100000; about 8-12 minutes in all
 on 2 shared cores):
 
 1. Seeds `memories` of a throwaway embedded PostgreSQL (one server for the whole run,
-   deleted at the end; migrated to head; the table is emptied between sizes) with N rows
-   for the default tenant, loaded the way bench/ingest.py does it: the secondary indexes
-   (HNSW, GIN, btrees) are read from pg_indexes and dropped, the rows are COPYed in binary,
-   the indexes are recreated from the saved definitions (HNSW last, checked identical to
-   the migration's afterwards), then VACUUM ANALYZE and pg_prewarm. `tsv` is not written
-   by the COPY: the row-level BEFORE INSERT trigger of migration 0003 fills it (row
-   triggers fire on COPY; the column is NOT NULL and the benchmark also checks that every
-   row got a tsv with the date lexemes).
+   deleted at the end; migrated to head; `memories` and `term_stats` are emptied together
+   between sizes) with N rows for the default tenant, loaded the way bench/ingest.py does
+   it: the secondary indexes of `memories` (HNSW, GIN, btrees) are read from pg_indexes and
+   dropped, the rows are COPYed in binary, the indexes are recreated from the saved
+   definitions (HNSW last, checked identical to the migration's afterwards), then VACUUM
+   ANALYZE and pg_prewarm. `tsv` is not written by the COPY: the row-level BEFORE INSERT
+   trigger of migration 0003 fills it (row triggers fire on COPY; the column is NOT NULL
+   and the benchmark also checks that every row got a tsv with the date lexemes). The
+   statement-level triggers of migration 0004 write `term_stats` delta rows on every COPY;
+   the benchmark checks them against the table (corpus row and every lexeme's df) and
+   then folds them into one row per lexeme, as the background fold keeps them.
 
    Users are skewed: a few large users (5-10k rows each at 100k; 2 users of 1,500 at 10k,
    so the large-user query runs the HNSW path, not the exact one), a few mid-sized ones
@@ -42,15 +53,21 @@ on 2 shared cores):
            torch.set_num_threads(1) as the service runs it);
      H     the floor: one HNSW top-10 query alone (asyncpg, same database, ef_search as the
            service's setting), plus the same for the large user with iterative scan;
-     SQL   the app's candidate SQL alone, per class, through
-           app.search.repository.SearchRepository on the app's own engine (same connection
-           settings as the service), and the same SQL without building Memory models.
-   A what-if times the same candidate SQL with lower df/corpus caps and a lower
-   exact_below (timing only; the caps change BM25's statistics).
+     SQL   the app's candidate statement alone, per class, through
+           app.search.repository.SearchRepository.candidates on the app's own engine (same
+           connection settings as the service), in a transaction as the service runs it
+           (its set_config and the statement, no embedding).
+   A what-if times `candidates` with text_match_cap 200 and with exact_below 250 (timing
+   only; both change which rows are found, so recall).
    Then requests/s with 8 concurrent clients (httpx.AsyncClient, a bounded number of mixed
-   requests), and EXPLAIN (ANALYZE, BUFFERS) of the candidate SQL for a sample of queries
-   of each class: which vector path ran (exact over the user btree, or HNSW), and the time
-   of each CTE (the text half is `txt`, which includes terms/corpus/idf/matched).
+   requests), and the plan the service really runs for a sample of queries of each class:
+   auto_explain (log_analyze, JSON) in the session captures the plan the candidate
+   statement ran -- the generic plan (a plain EXPLAIN with bound parameters would always
+   plan with their values, i.e. a custom plan) -- and the report says which kind it was.
+   From it: which vector branch of the `vec` CTE ran (the exact ranking over the scope's
+   btree, or HNSW: the branch whose one-time-filtered Result produced rows, and whether the
+   HNSW index returned rows), which text match branch ran, the own time of each CTE
+   (without the CTEs it reads), the executor time, and how many rows were matched.
 
 3. Prints the tables (seed, floors, latency and its split, throughput, plans, goal check:
    p50 within 1.5x of embedding + HNSW floor, p95 under 50 ms at 100k) and writes JSON to
@@ -63,7 +80,7 @@ candidate SQL, pipeline, commit and the rest (validation, session, serialisation
 Run:   .venv/bin/python bench/search.py                 (10k then 100k rows)
        .venv/bin/python bench/search.py --quick         (10k rows, fewer queries, ~2-3 min)
        .venv/bin/python bench/search.py --rows 100000   (one size)
-       add --profile for the server-side split, --show-plans for full EXPLAIN ANALYZE output
+       add --profile for the server-side split, --show-plans for the statement's plans
 """
 
 from __future__ import annotations
@@ -80,6 +97,7 @@ import json
 import os
 import platform
 import random
+import re
 import signal
 import statistics
 import subprocess
@@ -247,7 +265,9 @@ async def seed(
     conn = await ing.connect(url, binary_halfvec=True)
     try:
         await conn.execute(f"SET maintenance_work_mem = '{args.maintenance_work_mem}'")
-        await conn.execute("TRUNCATE memories")
+        # Together: TRUNCATE fires no DELETE trigger, so emptying `memories` alone would
+        # leave the previous size's statistics in `term_stats`.
+        await conn.execute("TRUNCATE memories, term_stats")
         defs = await conn.fetch(
             """SELECT i.indexname, i.indexdef FROM pg_indexes i
                WHERE i.schemaname = 'public' AND i.tablename = 'memories'
@@ -264,6 +284,12 @@ async def seed(
         )
         if trig != 1:
             raise RuntimeError("the memories_tsv trigger (migration 0003) is missing")
+        trig = await conn.fetchval(
+            "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'memories'::regclass "
+            "AND tgname LIKE 'memories_term_stats_%' AND tgenabled <> 'D'"
+        )
+        if trig != 3:
+            raise RuntimeError("the memories_term_stats triggers (migration 0004) are missing")
         for name in saved:
             await conn.execute(f'DROP INDEX "{name}"')
 
@@ -344,6 +370,52 @@ async def seed(
             raise RuntimeError(f"tsv not filled by the trigger on COPY: {dict(tsv)}")
         out["tsv_check"] = "trigger filled tsv on every COPYed row (content + date)"
 
+        # term_stats, written by the statement triggers on each COPY: the corpus row and
+        # every lexeme's df must match the table (no archived rows are seeded).
+        corpus = await conn.fetchrow(
+            """SELECT (SELECT coalesce(sum(df), 0) FROM term_stats WHERE lexeme = '') AS n,
+                      (SELECT coalesce(sum(total_len), 0) FROM term_stats WHERE lexeme = '')
+                        AS len,
+                      (SELECT count(*) FROM memories WHERE archived_at IS NULL) AS rows,
+                      (SELECT coalesce(sum(length(tsv)), 0) FROM memories
+                        WHERE archived_at IS NULL) AS rows_len"""
+        )
+        bad_df = await conn.fetchval(
+            """SELECT count(*) FROM
+                 (SELECT word, ndoc FROM ts_stat(
+                    'SELECT tsv FROM memories WHERE archived_at IS NULL')) a
+               FULL JOIN (SELECT lexeme, sum(df) AS df FROM term_stats WHERE lexeme <> ''
+                          GROUP BY lexeme HAVING sum(df) <> 0) b ON b.lexeme = a.word
+               WHERE a.ndoc IS DISTINCT FROM b.df"""
+        )
+        if corpus["n"] != corpus["rows"] or corpus["len"] != corpus["rows_len"] or bad_df:
+            raise RuntimeError(
+                f"term_stats does not match memories: {dict(corpus)}, {bad_df} lexemes off"
+            )
+        # Fold the delta rows (one per lexeme and COPY) into one row per lexeme, as the
+        # service's background fold keeps them: searches read the folded state.
+        deltas = await conn.fetchval("SELECT count(*) FROM term_stats")
+        async with conn.transaction():
+            await conn.execute(
+                """CREATE TEMP TABLE folded ON COMMIT DROP AS
+                   SELECT tenant_id, lexeme, sum(df) AS df, sum(total_len) AS total_len
+                   FROM term_stats GROUP BY tenant_id, lexeme
+                   HAVING sum(df) <> 0 OR sum(total_len) <> 0"""
+            )
+            await conn.execute("TRUNCATE term_stats")
+            await conn.execute(
+                """INSERT INTO term_stats (tenant_id, lexeme, df, total_len, folded)
+                   SELECT tenant_id, lexeme, df, total_len, true FROM folded"""
+            )
+        out["term_stats"] = {
+            "delta_rows": int(deltas),
+            "folded_rows": int(await conn.fetchval("SELECT count(*) FROM term_stats")),
+        }
+        log(
+            f"term_stats matches memories ({int(corpus['n']):,} rows); {deltas:,} delta rows "
+            f"folded into {out['term_stats']['folded_rows']:,}"
+        )
+
         builds: dict[str, float] = {}
         for name in sorted(saved, key=lambda x: x == HNSW_INDEX):  # HNSW last
             t = time.perf_counter()
@@ -361,12 +433,14 @@ async def seed(
         log(f"indexes rebuilt in {sum(builds.values()):.1f} s (HNSW {builds[HNSW_INDEX]:.1f} s)")
         t = time.perf_counter()
         await conn.execute("VACUUM ANALYZE memories")
+        await conn.execute("VACUUM ANALYZE term_stats")
         out["vacuum_analyze_s"] = time.perf_counter() - t
         await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
         blocks = await conn.fetchval(
             """SELECT sum(pg_prewarm(c.oid)) FROM pg_class c
-               WHERE c.oid = 'memories'::regclass OR c.oid IN
-                 (SELECT indexrelid FROM pg_index WHERE indrelid = 'memories'::regclass)"""
+               WHERE c.oid IN ('memories'::regclass, 'term_stats'::regclass) OR c.oid IN
+                 (SELECT indexrelid FROM pg_index
+                  WHERE indrelid IN ('memories'::regclass, 'term_stats'::regclass))"""
         )
         sz = await conn.fetchrow(
             f"""SELECT pg_size_pretty(pg_table_size('memories')) AS heap,
@@ -414,59 +488,230 @@ async def seed(
 # --------------------------------------------------------------------------- measuring
 
 
-class _Capture:
-    """Stands in for the AsyncSession to capture the exact SQL and parameters."""
+# auto_explain, set in the plan-capturing session only (SET LOCAL): it logs the plan each
+# statement really ran -- the generic plan the service uses -- with EXPLAIN ANALYZE's
+# figures, as a NOTICE the asyncpg connection hands to a log listener.
+AUTO_EXPLAIN = {
+    "auto_explain.log_min_duration": "0",
+    "auto_explain.log_analyze": "on",
+    "auto_explain.log_buffers": "on",
+    "auto_explain.log_timing": "on",
+    "auto_explain.log_nested_statements": "off",
+    "auto_explain.log_level": "notice",
+    "client_min_messages": "notice",
+}
+_DURATION = re.compile(r"duration: ([0-9.]+) ms\s+plan:\s*", re.S)
+_VECTOR_LITERAL = re.compile(r"'\[[-+0-9.e,]{100,}\]'")
+# The candidate statement's CTEs, grouped as the report shows them: the term_stats
+# lookups and tsqueries; BM25 scoring and the text top list (bm25 is inlined into txt).
+STATS_CTES = ("terms", "query", "tenant_stats", "rare_terms")
+SCORE_CTES = ("postings", "collection", "idf", "bm25", "txt")
 
-    def __init__(self) -> None:
-        self.sql = ""
-        self.params: dict[str, Any] = {}
 
-    async def execute(self, stmt: Any, params: dict[str, Any] | None = None) -> Any:
-        self.sql = str(stmt)
-        self.params = dict(params or {})
-        return types.SimpleNamespace(mappings=lambda: [])
+def parse_auto_explain(messages: list[str], fmt: str) -> dict[str, Any] | None:
+    """The candidate statement's plan among auto_explain's NOTICEs (the set_config and
+    type introspection statements are skipped), or None."""
+    found = None
+    for msg in messages:
+        m = _DURATION.match(msg)
+        if not m:
+            continue
+        body = msg[m.end() :]
+        doc = json.loads(body) if fmt == "json" else None
+        query = doc.get("Query Text", "") if doc is not None else body
+        if "vector_rank" not in query or "rare_terms" not in query:
+            continue
+        entry: dict[str, Any] = {"duration_ms": float(m.group(1))}
+        if doc is not None:
+            entry["doc"] = doc
+        else:
+            lines = body.splitlines()  # "Query Text: <sql>" first, then the plan
+            top = next((k for k, line in enumerate(lines) if "actual time=" in line), 0)
+            # A custom plan would spell the query vector out, several times: shortened.
+            entry["text"] = _VECTOR_LITERAL.sub("'[<query vector>]'", "\n".join(lines[top:]))
+        found = entry
+    return found
 
 
-def cte_times(plan: dict[str, Any]) -> dict[str, Any]:
-    """Inclusive time and rows of each CTE of an EXPLAIN (ANALYZE, FORMAT JSON) plan, and
-    which vector path ran (the indexes the executed part of the `vec` CTE read)."""
+def _gated_branches(node: dict[str, Any]) -> list[dict[str, Any]]:
+    """The branches under `node` gated by a one-time filter on the `small` probe: whether
+    the filter is the negated one (the large-scope branch), whether the branch below the
+    Result ran (its filter was true), its rows, and the indexes that ran in it (with the
+    rows they returned). (The exact branch sorts above its Result: Limit, Sort, Result.)"""
+    out: list[dict[str, Any]] = []
+
+    def indexes(n: dict[str, Any], acc: dict[str, float]) -> None:
+        if n.get("Index Name") and n.get("Actual Loops", 0) > 0:
+            acc[n["Index Name"]] = acc.get(n["Index Name"], 0) + n.get("Actual Rows", 0) * n.get(
+                "Actual Loops", 0
+            )
+        for c in n.get("Plans", []):
+            indexes(c, acc)
+
+    def walk(n: dict[str, Any]) -> None:
+        flt = n.get("One-Time Filter")
+        if flt is not None:
+            below = [
+                c
+                for c in n.get("Plans", [])
+                if c.get("Parent Relationship") not in ("InitPlan", "SubPlan")
+            ]
+            acc: dict[str, float] = {}
+            for c in below:
+                indexes(c, acc)
+            out.append(
+                {
+                    "large": re.search(r"\bNOT\b", flt) is not None,
+                    "ran": any(c.get("Actual Loops", 0) > 0 for c in below),
+                    "rows": n.get("Actual Rows", 0) * n.get("Actual Loops", 0),
+                    "indexes": acc,
+                }
+            )
+            return
+        for c in n.get("Plans", []):
+            walk(c)
+
+    walk(node)
+    return out
+
+
+def cte_times(doc: dict[str, Any], tenant: uuid.UUID) -> dict[str, Any]:
+    """From the candidate statement's auto_explain JSON: each CTE's own time (its inclusive
+    time less the CTE scans under it, which run the CTEs it reads first) and rows, the
+    executor time, which gated branch of `vec` and of `matched` ran (and the indexes in
+    it), and whether the plan is generic (a custom plan has the parameter values, e.g.
+    the tenant id, in it)."""
+    plan = doc["Plan"]
     ctes: dict[str, dict[str, float]] = {}
-    vec_indexes: list[str] = []
-    vec_sorted_by_distance = False
+    subtrees: dict[str, dict[str, Any]] = {}
 
-    def walk(node: dict[str, Any], in_vec: bool) -> None:
-        nonlocal vec_sorted_by_distance
+    def cte_scan_ms(node: dict[str, Any]) -> float:
+        ms = 0.0
+        for child in node.get("Plans", []):
+            if child.get("Node Type") == "CTE Scan":
+                ms += child.get("Actual Total Time", 0.0) * child.get("Actual Loops", 0)
+            ms += cte_scan_ms(child)
+        return ms
+
+    def walk(node: dict[str, Any]) -> None:
         name = node.get("Subplan Name", "")
         if name.startswith("CTE "):
-            loops = max(1, node.get("Actual Loops", 0))
-            ctes[name[4:]] = {
-                "ms": node.get("Actual Total Time", 0.0),
+            cte = name[4:]
+            subtrees[cte] = node
+            loops = node.get("Actual Loops", 0)
+            total = node.get("Actual Total Time", 0.0) * loops
+            ctes[cte] = {
+                "ms": max(0.0, total - cte_scan_ms(node)),
+                "inclusive_ms": total,
                 "rows": node.get("Actual Rows", 0) * loops,
             }
-            in_vec = name == "CTE vec"
-        if in_vec and node.get("Actual Loops", 0) > 0:
-            if node.get("Index Name") and node.get("Actual Rows", 0) > 0:
-                vec_indexes.append(node["Index Name"])
-            if node.get("Node Type") == "Sort" and any(
-                "<=>" in k for k in node.get("Sort Key", [])
-            ):
-                vec_sorted_by_distance = True
         for child in node.get("Plans", []):
-            walk(child, in_vec)
+            walk(child)
 
-    walk(plan["Plan"], False)
-    if HNSW_INDEX in vec_indexes:
-        path = "HNSW"
-    elif vec_indexes or vec_sorted_by_distance:
-        path = "exact: " + "+".join(sorted(set(vec_indexes)) or ["seq scan"]) + " + sort"
-    else:
-        path = "none ran"
+    walk(plan)
+
+    def sorted_by_distance(n: dict[str, Any]) -> bool:
+        """A Sort on a `<=>` expression that returned rows (the exact ranking)."""
+        return bool(
+            n.get("Node Type") == "Sort"
+            and n.get("Actual Rows", 0) > 0
+            and any("<=>" in k for k in n.get("Sort Key", []))
+        ) or any(sorted_by_distance(c) for c in n.get("Plans", []))
+
+    # vec: the branch whose gated Result produced rows (exact ranking or HNSW).
+    vec = _gated_branches(subtrees["vec"]) if "vec" in subtrees else []
+    produced = [b for b in vec if b["rows"] > 0] or [b for b in vec if b["ran"]]
+    hnsw_rows = sum(b["indexes"].get(HNSW_INDEX, 0) for b in vec)
+    paths = []
+    for b in produced:
+        if b["large"]:
+            paths.append("HNSW" if hnsw_rows > 0 else "HNSW branch, no HNSW rows")
+        else:
+            used = sorted(k for k, v in b["indexes"].items() if v > 0)
+            paths.append(
+                "exact: "
+                + ("+".join(used) or "seq scan")
+                + (" + sort" if sorted_by_distance(subtrees["vec"]) else "")
+            )
+    if len(vec) != 2:
+        paths.append(f"{len(vec)} gated vec branches?")
+    # matched: the branch whose gated Result ran (a small scope may match no row).
+    matched = _gated_branches(subtrees["matched"]) if "matched" in subtrees else []
+    ran = [b for b in matched if b["ran"]]
+    small = not ran[0]["large"] if len(ran) == 1 else None
+    text_path = (
+        "; ".join(
+            ("large: " if b["large"] else "small: ")
+            + ("+".join(sorted(b["indexes"])) or "seq scan")
+            for b in ran
+        )
+        or "none ran"
+    )
+    execution = plan.get("Actual Total Time", 0.0)
     return {
         "ctes": ctes,
-        "vec_path": path,
-        "execution_ms": plan.get("Execution Time", 0.0),
-        "planning_ms": plan.get("Planning Time", 0.0),
+        "vec_path": ", ".join(paths) or "none produced rows",
+        "hnsw_rows": hnsw_rows,
+        "small": small,
+        "text_path": text_path,
+        "execution_ms": execution,
+        # What the final select adds to its CTEs: fetching the rows of both lists.
+        "outside_ctes_ms": max(0.0, execution - sum(c["ms"] for c in ctes.values())),
+        "generic": str(tenant) not in json.dumps(plan),
     }
+
+
+async def explain_search(
+    maker: Any,
+    tenant: uuid.UUID,
+    question: str,
+    vector: Sequence[float],
+    filters: Any,
+    limits: Any,
+    fmt: str,
+) -> tuple[dict[str, Any], list[Any], dict[str, str]]:
+    """Runs `candidates` as the service does (SearchRepository on the app's engine, in a
+    transaction) with auto_explain on; returns the statement's plan, the rows it returned
+    and the session's settings after it (plan_cache_mode is set by the repository, so the
+    plan says itself whether it is generic)."""
+    from sqlalchemy import text
+
+    from app.search.repository import SearchRepository
+
+    messages: list[str] = []
+
+    def listener(_conn: Any, message: Any) -> None:
+        messages.append(str(getattr(message, "message", message)))
+
+    async with maker() as s:
+        conn = await s.connection()
+        driver = (await conn.get_raw_connection()).driver_connection
+        driver.add_log_listener(listener)
+        try:
+            await s.execute(text("LOAD 'auto_explain'"))
+            for key, value in {**AUTO_EXPLAIN, "auto_explain.log_format": fmt}.items():
+                await s.execute(text(f"SET LOCAL {key} = '{value}'"))
+            repo = SearchRepository(s, tenant)
+            rows = await repo.candidates(question, vector, filters, limits, 10)
+            settings = {}
+            for name in (
+                "plan_cache_mode",
+                "max_parallel_workers_per_gather",
+                "hnsw.ef_search",
+                "hnsw.iterative_scan",
+            ):
+                settings[name] = str((await s.execute(text(f"SHOW {name}"))).scalar())
+            await asyncio.sleep(0)  # log listeners are called soon, not at once
+            await s.rollback()
+        finally:
+            driver.remove_log_listener(listener)
+    plan = parse_auto_explain(messages, fmt)
+    if plan is None:
+        raise RuntimeError(
+            "auto_explain logged no plan for the candidate statement; got: "
+            + "; ".join(m[:120] for m in messages)
+        )
+    return plan, rows, settings
 
 
 def body_for(cls: str, q: str, i: int, small_users: list[str], large_user: str) -> dict[str, Any]:
@@ -489,12 +734,10 @@ async def measure_size(
     seeded: dict[str, Any],
     tmp: Path,
 ) -> dict[str, Any]:
-    from sqlalchemy import text
-
     from app.db import create_engine, create_sessionmaker
     from app.models import DEFAULT_TENANT_ID
     from app.search.config import build_limits
-    from app.search.repository import SearchFilter, SearchRepository
+    from app.search.repository import RetrievalLimits, SearchFilter, SearchRepository
     from app.settings import Settings
 
     settings = Settings(database_url=url, _env_file=None)
@@ -533,11 +776,15 @@ async def measure_size(
                     raise RuntimeError(f"POST /v1/search -> {r.status_code}: {r.text[:300]}")
                 return ms, len(r.json()["results"])
 
-            async def capture(cls: str, i: int) -> _Capture:
-                cap = _Capture()
-                repo = SearchRepository(cap, DEFAULT_TENANT_ID)  # type: ignore[arg-type]
-                await repo.candidates(questions[i], qvecs[i].tolist(), filt(cls, i), limits)
-                return cap
+            async def timed_sql(cls: str, i: int, lim: RetrievalLimits) -> float:
+                """`candidates` as the service runs it (the app's engine, in a transaction:
+                its set_config, the one statement, building the RetrievedRows), in ms."""
+                f, vec = filt(cls, i), qvecs[i].tolist()
+                async with maker() as s:
+                    repo = SearchRepository(s, DEFAULT_TENANT_ID)
+                    t0 = time.perf_counter()
+                    await repo.candidates(questions[i], vec, f, lim, 10)
+                    return (time.perf_counter() - t0) * 1000
 
             hnsw_sql = (
                 "SELECT id FROM memories WHERE tenant_id = $1 AND archived_at IS NULL {f}"
@@ -571,16 +818,12 @@ async def measure_size(
             for i in range(args.warmup):
                 for cls in CLASSES:
                     await post(body_for(cls, questions[i], i, small_users, large_user), "warmup")
-                    async with maker() as s:
-                        await SearchRepository(s, DEFAULT_TENANT_ID).candidates(
-                            questions[i], qvecs[i].tolist(), filt(cls, i), limits
-                        )
+                    await timed_sql(cls, i, limits)
                 ing.encode(model, [questions[i]])
 
             lat: dict[str, list[float]] = {c: [] for c in CLASSES}
             empty: dict[str, int] = dict.fromkeys(CLASSES, 0)
-            sql_repo: dict[str, list[float]] = {c: [] for c in CLASSES}
-            sql_raw: dict[str, list[float]] = {c: [] for c in CLASSES}
+            sql: dict[str, list[float]] = {c: [] for c in CLASSES}
             emb: list[float] = []
             hnsw: list[float] = []
             hnsw_large: list[float] = []
@@ -618,18 +861,7 @@ async def measure_size(
                     hnsw_large.append((time.perf_counter() - t) * 1000)
                 for i in idx:
                     for cls in CLASSES:
-                        async with maker() as s:
-                            repo = SearchRepository(s, DEFAULT_TENANT_ID)
-                            t = time.perf_counter()
-                            await repo.candidates(
-                                questions[i], qvecs[i].tolist(), filt(cls, i), limits
-                            )
-                            sql_repo[cls].append((time.perf_counter() - t) * 1000)
-                        cap = await capture(cls, i)
-                        async with maker() as s:
-                            t = time.perf_counter()
-                            (await s.execute(text(cap.sql), cap.params)).fetchall()
-                            sql_raw[cls].append((time.perf_counter() - t) * 1000)
+                        sql[cls].append(await timed_sql(cls, i, limits))
                 d = probe.delta(a, probe.snap())
                 cpu.append(d)
                 log(
@@ -649,8 +881,7 @@ async def measure_size(
                 }
 
             out["http"] = {c: {**stats(lat[c]), "empty": empty[c]} for c in CLASSES}
-            out["sql_repo"] = {c: stats(sql_repo[c]) for c in CLASSES}
-            out["sql_raw"] = {c: stats(sql_raw[c]) for c in CLASSES}
+            out["sql"] = {c: stats(sql[c]) for c in CLASSES}
             out["embed"] = stats(emb)
             out["hnsw"] = stats(hnsw)
             out["hnsw_large_user"] = stats(hnsw_large)
@@ -659,28 +890,18 @@ async def measure_size(
                 k: sum(d[k] for d in cpu) / wall for k in cpu[0] if k != "wall_s"
             }
 
-            # What-if: the same candidate SQL with other caps (not the service's settings),
-            # to size what the text half's statistics and the small-scope probe cost.
+            # What-if: the same statement with other limits (not the service's settings),
+            # to size what the text match cap and the exact/HNSW switch cost.
             variants = {
                 "service settings": limits,
-                "df_cap 1000, corpus_cap 10000": dataclasses.replace(
-                    limits, df_cap=1000, corpus_cap=10_000
-                ),
-                "... and exact_below 250": dataclasses.replace(
-                    limits, df_cap=1000, corpus_cap=10_000, exact_below=250
-                ),
+                "text_match_cap 200": dataclasses.replace(limits, text_match_cap=200),
+                "exact_below 250": dataclasses.replace(limits, exact_below=250),
             }
             what_if: dict[str, dict[str, Any]] = {v: {c: [] for c in CLASSES} for v in variants}
             for i in order[: args.what_if]:
                 for cls in CLASSES:
                     for vname, lim in variants.items():
-                        async with maker() as s:
-                            repo = SearchRepository(s, DEFAULT_TENANT_ID)
-                            t = time.perf_counter()
-                            await repo.candidates(
-                                questions[i], qvecs[i].tolist(), filt(cls, i), lim
-                            )
-                            what_if[vname][cls].append((time.perf_counter() - t) * 1000)
+                        what_if[vname][cls].append(await timed_sql(cls, i, lim))
             out["what_if"] = {
                 v: {
                     "limits": dataclasses.asdict(variants[v]),
@@ -729,39 +950,49 @@ async def measure_size(
                 f"{out['concurrent']['p50']:.1f} ms, p95 {out['concurrent']['p95']:.1f} ms"
             )
 
-            # Plans: EXPLAIN ANALYZE of the app's SQL on the app's engine (same settings).
+            # Plans: the generic plans the service runs, captured with auto_explain in a
+            # session of the app's engine (same settings), for a sample of each class.
             plans: dict[str, list[dict[str, Any]]] = {c: [] for c in CLASSES}
             texts: dict[str, str] = {}
-            async with maker() as s:
-                for setting in ("hnsw.ef_search", "hnsw.iterative_scan", "plan_cache_mode"):
-                    out.setdefault("session_settings", {})[setting] = (
-                        await s.execute(text(f"SHOW {setting}"))
-                    ).scalar()
             for k in range(args.explain):
                 i = args.warmup + k
                 for cls in CLASSES:
-                    cap = await capture(cls, i)
-                    async with maker() as s:
-                        res = (
-                            await s.execute(
-                                text("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + cap.sql),
-                                cap.params,
-                            )
-                        ).scalar()
-                        doc = res if isinstance(res, list) else json.loads(str(res))
-                        info = cte_times(doc[0])
-                        info["query"] = questions[i]
-                        info["user_id"] = cap.params.get("user_id")
-                        plans[cls].append(info)
-                        if k == 0:
-                            texts[cls] = "\n".join(
-                                r[0]
-                                for r in (
-                                    await s.execute(
-                                        text("EXPLAIN (ANALYZE, BUFFERS) " + cap.sql), cap.params
-                                    )
-                                ).fetchall()
-                            )
+                    got, got_rows, session_settings = await explain_search(
+                        maker,
+                        DEFAULT_TENANT_ID,
+                        questions[i],
+                        qvecs[i].tolist(),
+                        filt(cls, i),
+                        limits,
+                        "json",
+                    )
+                    out["session_settings"] = session_settings
+                    plans[cls].append(
+                        {
+                            "query": questions[i],
+                            "user_id": filt(cls, i).user_id,
+                            "rows": len(got_rows),
+                            "text_hits": sum(r.text_rank is not None for r in got_rows),
+                            "vector_hits": sum(r.vector_rank is not None for r in got_rows),
+                            **cte_times(got["doc"], DEFAULT_TENANT_ID),
+                            "duration_ms": got["duration_ms"],
+                        }
+                    )
+                    if k == 0 and args.show_plans:
+                        got, _, _ = await explain_search(
+                            maker,
+                            DEFAULT_TENANT_ID,
+                            questions[i],
+                            qvecs[i].tolist(),
+                            filt(cls, i),
+                            limits,
+                            "text",
+                        )
+                        texts[cls] = got["text"]
+            kinds = sorted(
+                {"generic" if p["generic"] else "custom" for c in CLASSES for p in plans[c]}
+            )
+            log(f"plans captured: {'/'.join(kinds)}")
             out["plans"] = plans
             out["plan_text"] = texts
     finally:
@@ -811,6 +1042,11 @@ def start_server(
     return proc, log_path
 
 
+# Server-side hooks (bench/search_profile_server.py). They run one after the other in a
+# request and are subtracted from it to get the rest (encode runs inside embed, untagged).
+HOOKS = ("embed", "candidates", "pipeline", "commit")
+
+
 def server_split(path: Path, windows: list[tuple[float, float]]) -> dict[str, Any]:
     """Per class, medians of the server-side parts of each sequential request."""
     try:
@@ -821,13 +1057,11 @@ def server_split(path: Path, windows: list[tuple[float, float]]) -> dict[str, An
     starts = [r[2] for r in hooks]
     out: dict[str, Any] = {}
     for cls in CLASSES:
-        parts: dict[str, list[float]] = {
-            k: [] for k in ("request", "embed", "candidates", "pipeline", "commit", "rest")
-        }
+        parts: dict[str, list[float]] = {k: [] for k in ("request", *HOOKS, "rest")}
         for kind, tag, wall, dur in records:
             if kind != "request" or tag != cls:
                 continue
-            got = dict.fromkeys(("embed", "candidates", "pipeline", "commit"), 0.0)
+            got = dict.fromkeys(HOOKS, 0.0)
             lo = bisect.bisect_left(starts, wall)
             hi = bisect.bisect_right(starts, wall + dur)
             for h in hooks[lo:hi]:
@@ -839,6 +1073,7 @@ def server_split(path: Path, windows: list[tuple[float, float]]) -> dict[str, An
             parts["rest"].append((dur - sum(got.values())) * 1000)
         out[cls] = {k: pct(v, 50) for k, v in parts.items()}
         out[cls]["request_p95"] = pct(parts["request"], 95)
+        out[cls]["candidates_p95"] = pct(parts["candidates"], 95)
     enc = [
         r[3] * 1000 for r in hooks if r[0] == "encode" and any(a <= r[2] <= b for a, b in windows)
     ]
@@ -850,21 +1085,36 @@ def server_split(path: Path, windows: list[tuple[float, float]]) -> dict[str, An
 
 
 def summarize_plans(plans: list[dict[str, Any]]) -> dict[str, Any]:
-    names = ["small", "vec", "terms", "corpus", "idf", "matched", "txt"]
-    med = {
-        n: statistics.median([p["ctes"].get(n, {}).get("ms", 0.0) for p in plans]) for n in names
-    }
-    mx = {n: max(p["ctes"].get(n, {}).get("ms", 0.0) for p in plans) for n in names}
-    paths = sorted({p["vec_path"] for p in plans})
+    """Medians (and maxima) over the sampled queries of one class: the candidate statement's
+    per-CTE own times, grouped (small; stats = terms..rare_terms; matched; score =
+    postings..txt; vec; fetch = the final select, outside the CTEs), and its execution."""
+
+    def parts(p: dict[str, Any]) -> dict[str, float]:
+        def own(name: str) -> float:
+            return float(p["ctes"].get(name, {}).get("ms", 0.0))
+
+        return {
+            "small": own("small"),
+            "stats": sum(own(n) for n in STATS_CTES),
+            "matched": own("matched"),
+            "score": sum(own(n) for n in SCORE_CTES),
+            "vec": own("vec"),
+            "fetch": p["outside_ctes_ms"],
+            "exec": p["execution_ms"],
+        }
+
+    each = [parts(p) for p in plans]
+    names = list(each[0]) if each else []
     return {
-        "median_ms": med,
-        "max_ms": mx,
-        "vec_paths": paths,
-        "execution_ms": statistics.median(p["execution_ms"] for p in plans),
-        "planning_ms": statistics.median(p["planning_ms"] for p in plans),
+        "median_ms": {n: statistics.median(e[n] for e in each) for n in names},
+        "max_ms": {n: max(e[n] for e in each) for n in names},
+        "vec_paths": sorted({p["vec_path"] for p in plans}),
+        "text_paths": sorted({p["text_path"] for p in plans}),
+        "plan_kinds": "+".join(sorted({"generic" if p["generic"] else "custom" for p in plans})),
         "matched_rows_median": statistics.median(
             p["ctes"].get("matched", {}).get("rows", 0) for p in plans
         ),
+        "text_hits_median": statistics.median(p["text_hits"] for p in plans),
     }
 
 
@@ -960,23 +1210,17 @@ def report(res: dict[str, Any]) -> str:
         m = s["measure"]
         floor = m["embed"]["p50"] + m["hnsw"]["p50"]
         for c in CLASSES:
-            h = m["http"][c]
-            sr = m["sql_repo"][c]
-            sw = m["sql_raw"][c]
+            h, q = m["http"][c], m["sql"][c]
             ps = summarize_plans(m["plans"][c])
-            rest = h["p50"] - m["embed"]["p50"] - sr["p50"]
             rows.append(
                 [
                     f"{s['seed']['rows']:,}",
                     c.replace("_", " "),
                     f"{h['p50']:.1f}",
                     f"{h['p95']:.1f}",
-                    f"{sr['p50']:.1f} / {sr['p95']:.1f}",
-                    f"{sw['p50']:.1f}",
-                    f"{ps['planning_ms']:.1f} + {ps['execution_ms']:.1f}",
-                    f"{ps['median_ms']['vec']:.1f}",
-                    f"{ps['median_ms']['txt']:.1f}",
-                    f"{rest:.1f}",
+                    f"{q['p50']:.1f} / {q['p95']:.1f}",
+                    f"{ps['median_ms']['exec']:.1f}",
+                    f"{h['p50'] - m['embed']['p50'] - q['p50']:.1f}",
                     f"{h['p50'] / floor:.2f}x",
                     f"{h['empty']}/{h['n']}",
                 ]
@@ -988,12 +1232,9 @@ def report(res: dict[str, Any]) -> str:
                 "scope",
                 "HTTP p50",
                 "HTTP p95",
-                "cand. SQL (repo) p50/p95",
-                "SQL only p50",
-                "EXPLAIN plan+exec",
-                "vec CTE",
-                "text CTE",
-                "HTTP - embed - repo",
+                "candidate SQL p50/p95",
+                "exec (auto_explain)",
+                "HTTP - embed - candidate SQL",
                 "p50 / floor",
                 "empty",
             ],
@@ -1001,14 +1242,18 @@ def report(res: dict[str, Any]) -> str:
         )
     )
     out.append(
-        "  ms. cand. SQL (repo) = SearchRepository.candidates on the app's engine (SQL + "
-        "Memory models); SQL only = same statement, rows fetched, no models;"
+        "  ms. candidate SQL = SearchRepository.candidates on the app's engine in a "
+        "transaction (set_config + the one statement + building the rows), no embedding."
     )
     out.append(
-        "  EXPLAIN = median of EXPLAIN ANALYZE over the sampled queries (timing "
-        "overhead included); HTTP - embed - repo = HTTP, validation, pipeline, JSON, "
-        "pool, client."
+        "  exec = median executor time of the statement from auto_explain (timing overhead "
+        "included, no round trip or planning). The service embeds first, then runs the"
     )
+    out.append(
+        "  statement, so a request costs ~embed + candidate SQL + rest; HTTP - embed - "
+        "candidate SQL = HTTP, validation, pipeline, commit, JSON, pool, client"
+    )
+    out.append("  (p50s of separate runs, so a difference of medians; see the server-side split).")
     out.append("")
 
     if any("server" in s["measure"] for s in res["sizes"]):
@@ -1029,7 +1274,7 @@ def report(res: dict[str, Any]) -> str:
                         f"{x['request']:.1f} / {x['request_p95']:.1f}",
                         f"{x['embed']:.1f}",
                         f"{sv['encode']['p50']:.1f}",
-                        f"{x['candidates']:.1f}",
+                        f"{x['candidates']:.1f} / {x['candidates_p95']:.1f}",
                         f"{x['pipeline']:.2f}",
                         f"{x['commit']:.2f}",
                         f"{x['rest']:.1f}",
@@ -1045,7 +1290,7 @@ def report(res: dict[str, Any]) -> str:
                     "server p50/p95",
                     "embed wait",
                     "model forward",
-                    "candidates",
+                    "candidate SQL p50/p95",
                     "pipeline",
                     "commit",
                     "rest (validation, session, JSON)",
@@ -1058,9 +1303,13 @@ def report(res: dict[str, Any]) -> str:
             "  model forward = LocalEmbedder._encode over all sequential requests; "
             "embed wait includes it plus the batcher and thread hand-off."
         )
+        out.append(
+            "  candidate SQL = SearchRepository.candidates (after the embedding). "
+            "rest = request - embed wait - candidate SQL - pipeline - commit."
+        )
         out.append("")
 
-    out.append("What-if: candidate SQL (repo) p50 / p95 ms with other caps, same queries")
+    out.append("What-if: candidate SQL p50 / p95 ms with other limits, same queries")
     rows = []
     for s in res["sizes"]:
         for vname, v in s["measure"]["what_if"].items():
@@ -1073,12 +1322,20 @@ def report(res: dict[str, Any]) -> str:
             )
     out.append(table(["rows", "limits", *(c.replace("_", " ") for c in CLASSES)], rows))
     out.append(
-        "  caps change BM25's N and df (quality); exact_below moves scopes of 250-999 "
-        "rows to the HNSW path. Timing only: check recall with bench/retrieval_eval.py."
+        "  text_match_cap bounds the rows a large scope BM25-scores (found through the "
+        "rarest terms), so it changes which text matches are found; exact_below 250 moves"
+    )
+    out.append(
+        "  scopes of 250-999 rows from the exact ranking to HNSW (none of the measured "
+        "classes is one). Timing only: caps change recall, check it with "
+        "bench/retrieval_eval.py."
     )
     out.append("")
 
-    out.append("Candidate SQL plans: EXPLAIN (ANALYZE) medians per CTE, ms (max in brackets)")
+    out.append(
+        "Candidate statement plans: the plan the service runs, from auto_explain (ANALYZE), "
+        "medians in ms (max in brackets)"
+    )
     rows = []
     for s in res["sizes"]:
         m = s["measure"]
@@ -1090,11 +1347,14 @@ def report(res: dict[str, Any]) -> str:
                     f"{s['seed']['rows']:,}",
                     c.replace("_", " "),
                     ", ".join(ps["vec_paths"]),
+                    ", ".join(ps["text_paths"]),
                     *(
                         f"{md[n]:.2f} ({mx[n]:.1f})"
-                        for n in ("small", "vec", "corpus", "idf", "matched", "txt")
+                        for n in ("small", "stats", "matched", "score", "vec", "fetch", "exec")
                     ),
                     f"{ps['matched_rows_median']:,.0f}",
+                    f"{ps['text_hits_median']:,.0f}",
+                    ps["plan_kinds"],
                     str(len(m["plans"][c])),
                 ]
             )
@@ -1104,21 +1364,41 @@ def report(res: dict[str, Any]) -> str:
                 "rows",
                 "scope",
                 "vector path",
+                "text match path",
                 "small",
-                "vec",
-                "corpus",
-                "idf",
+                "stats",
                 "matched",
-                "txt (text half)",
+                "score",
+                "vec",
+                "fetch",
+                "exec",
                 "matched rows",
+                "text hits",
+                "plan",
                 "n",
             ],
             rows,
         )
     )
     out.append(
-        "  txt includes terms/corpus/idf/matched (CTEs run when first read); vec "
-        "includes the exact or HNSW branch that ran."
+        "  Own times (a CTE less the CTEs it reads first): small = the scope-size probe, "
+        "stats = terms, query, tenant_stats, rare_terms (term_stats lookups, tsqueries),"
+    )
+    out.append(
+        "  matched = finding the rows holding query terms, score = postings, collection, "
+        "idf, bm25 and txt (BM25 and the text top list), vec = the exact or HNSW branch"
+    )
+    out.append(
+        "  that ran, fetch = the final select (the rows of both lists); exec = the "
+        "statement's executor time. vector path: the vec branch whose one-time-filtered"
+    )
+    out.append(
+        f"  Result produced rows (HNSW only if {HNSW_INDEX} returned rows); text match path: "
+        "the matched branch that ran (small/large scope) and its indexes."
+    )
+    out.append(
+        "  text hits = rows with a text rank. plan: generic or custom (a custom plan holds "
+        "the parameter values)."
     )
     out.append("")
 
@@ -1173,9 +1453,12 @@ def report(res: dict[str, Any]) -> str:
     if res["args"].get("show_plans"):
         s = res["sizes"][-1]
         for c in CLASSES:
+            p0 = s["measure"]["plans"][c][0]
+            who = f", user {p0['user_id']}" if p0["user_id"] else ""
+            kind = "generic" if p0["generic"] else "custom"
             out.append(
-                f"EXPLAIN (ANALYZE, BUFFERS) at {s['seed']['rows']:,} rows, {c}: "
-                f"{s['measure']['plans'][c][0]['query']!r}"
+                f"auto_explain (ANALYZE, BUFFERS), {kind} plan, {s['seed']['rows']:,} rows, "
+                f"{c}{who}, candidate statement: {p0['query']!r}"
             )
             out.append(s["measure"]["plan_text"][c])
             out.append("")
@@ -1321,8 +1604,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, help="warm-up queries per class")
     p.add_argument("--concurrent-requests", type=int, help="requests in the throughput run")
     p.add_argument("--clients", type=int, default=8, help="concurrent clients (default 8)")
-    p.add_argument("--what-if", type=int, help="queries per class for the what-if caps")
-    p.add_argument("--explain", type=int, help="EXPLAIN ANALYZE samples per class")
+    p.add_argument("--what-if", type=int, help="queries per class for the what-if limits")
+    p.add_argument("--explain", type=int, help="auto_explain (ANALYZE) samples per class")
     p.add_argument(
         "--profile",
         action="store_true",
@@ -1332,7 +1615,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--show-plans",
         action="store_true",
-        help="print the full EXPLAIN ANALYZE of one query per class (last size)",
+        help="print the candidate statement's generic plan (auto_explain, ANALYZE) of one "
+        "query per class (last size)",
     )
     p.add_argument("--maintenance-work-mem", default="2GB")
     p.add_argument("--seed", type=int, default=20261121)

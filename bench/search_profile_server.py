@@ -10,12 +10,16 @@ but wraps, at import time:
   micro-batcher's queue and the hand-off to the embedder thread),
 * `LocalEmbedder._encode`: the model's forward pass alone, on the embedder thread (untagged:
   a batch can serve several requests),
-* `SearchRepository.candidates`: the candidate SQL round trip plus building Memory models,
+* `SearchRepository.candidates`: the candidate SQL after the embedding -- the set_config of
+  its transaction-local settings and the one candidate statement, with its round trips --
+  plus building the RetrievedRows,
 * `SearchPipeline.run`: the pure stages (fusion, scoring, down-weight, cut),
 * `AsyncSession.commit`: the request's COMMIT.
 
-Each call costs two clock reads and one list append. On exit (SIGINT/SIGTERM make uvicorn
-shut down cleanly) the records are written as JSON to `$ENGRAM_BENCH_PROFILE_OUT`.
+The service runs embed, candidates, pipeline and commit one after the other; the benchmark
+subtracts them from the request to get the rest (`encode` runs inside `embed`). Each call
+costs two clock reads and one list append. On exit (SIGINT/SIGTERM make uvicorn shut down
+cleanly) the records are written as JSON to `$ENGRAM_BENCH_PROFILE_OUT`.
 """
 
 from __future__ import annotations

@@ -41,9 +41,12 @@ class MemoryRepository:
         return select(Memory).where(Memory.tenant_id == self.tenant_id)
 
     async def insert_many(self, rows: Sequence[dict[str, Any]]) -> None:
+        # One multi-row statement, not a list of parameters: asyncpg would send that as
+        # an executemany, one INSERT per row, and each would fire the statement triggers
+        # (the term statistics of migration 0004) on its own.
         if rows:
             await self.session.execute(
-                insert(Memory), [{**row, "tenant_id": self.tenant_id} for row in rows]
+                insert(Memory).values([{**row, "tenant_id": self.tenant_id} for row in rows])
             )
 
     async def get(self, memory_id: uuid.UUID, *, for_update: bool = False) -> Memory | None:

@@ -7,6 +7,7 @@ from app.models.idempotency import IdempotencyRecord
 from app.models.memory import Memory
 from app.models.scope_write_counter import ScopeWriteCounter
 from app.models.tenant import DEFAULT_TENANT_ID, Tenant
+from app.models.term_stat import term_stats
 
 __all__ = ["DEFAULT_TENANT_ID", "ApiKey", "Base", "ConsolidationRun", "IdempotencyRecord",
-           "Memory", "ScopeWriteCounter", "Tenant"]
+           "Memory", "ScopeWriteCounter", "Tenant", "term_stats"]

@@ -26,6 +26,7 @@ def build_limits(settings: Settings) -> RetrievalLimits:
         text_candidates=settings.search_text_candidates,
         exact_below=settings.search_exact_below,
         text_match_cap=settings.search_text_match_cap,
+        text_max_df=settings.search_text_max_df,
         bm25_k1=settings.search_bm25_k1,
         bm25_b=settings.search_bm25_b,
     )

@@ -1,4 +1,5 @@
-"""Start and stop the process's background work: crash recovery, the worker, sweeps."""
+"""Start and stop the process's background work: crash recovery, the worker, sweeps,
+and the fold of the search term statistics."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import logging
 from dataclasses import dataclass
 
 from app.resources import Resources
+from app.search.term_stats import fold_loop
 from app.worker.jobs import default_registry, recover
 from app.worker.runner import Worker
 
@@ -37,6 +39,11 @@ async def start_background_work(resources: Resources) -> BackgroundWork:
     """
     await recover(resources)
     resources.background.append(asyncio.create_task(_sweep_loop(resources)))
+    # Not a queued job: it runs in every process, whether or not its worker is enabled,
+    # since searches slow down as unfolded rows pile up (an advisory lock keeps it to one).
+    resources.background.append(asyncio.create_task(
+        fold_loop(resources.sessionmaker, resources.settings.term_stats_fold_seconds)
+    ))
     if not resources.settings.worker_enabled:
         log.info("background worker disabled (ENGRAM_WORKER_ENABLED=false)")
         return BackgroundWork(None)

@@ -141,3 +141,34 @@ async def test_every_model_table_is_created_by_the_migrations(
     await upgrade_to_head(fresh_engine)
 
     assert set(Base.metadata.tables) <= await tables(fresh_engine)
+
+
+async def test_the_term_statistics_are_backfilled_from_existing_memories(
+    fresh_engine: AsyncEngine,
+) -> None:
+    """Migration 0004 counts the memories already stored (active ones only), so search
+    scores them right away; later writes go through the triggers."""
+    await upgrade_to_head(fresh_engine, "0003")
+    vector = "[" + ",".join(["0.05"] * 384) + "]"
+    async with fresh_engine.begin() as conn:
+        for content, archived in (("red apple pie", False), ("green apple", False),
+                                  ("rotten apple", True)):
+            await conn.execute(text(
+                "INSERT INTO memories (tenant_id, id, content, embedding, archived_at) "
+                "VALUES (:t, :id, :c, CAST(:v AS halfvec(384)), "
+                "CASE WHEN :a THEN now() END)"
+            ), {"t": DEFAULT_TENANT_ID, "id": uuid.uuid4(), "c": content, "v": vector,
+                "a": archived})
+
+    await upgrade_to_head(fresh_engine)
+
+    async with fresh_engine.connect() as conn:
+        stats = {r.lexeme: (r.df, r.len) for r in await conn.execute(text(
+            "SELECT lexeme, sum(df) AS df, sum(total_len) AS len FROM term_stats "
+            "WHERE tenant_id = :t GROUP BY lexeme"), {"t": DEFAULT_TENANT_ID})}
+        lengths = await conn.scalar(text(
+            "SELECT sum(length(tsv)) FROM memories WHERE archived_at IS NULL"))
+    assert stats["appl"] == (2, 0)
+    assert stats["pie"] == (1, 0)
+    assert "rotten" not in stats
+    assert stats[""] == (2, lengths)

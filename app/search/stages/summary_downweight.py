@@ -43,9 +43,9 @@ class SummaryDownweight:
 
     def _apply(self, c: Candidate, multiplier: float, regular: bool, explain: bool) -> Candidate:
         changed = c.is_summary and multiplier != 1.0
-        score = c.score * multiplier if changed else c.score
         if not explain:
-            return c.rescored(score)
+            return c.rescored(c.score * multiplier) if changed else c
+        score = c.score * multiplier if changed else c.score
         return c.rescored(
             score,
             self.name,

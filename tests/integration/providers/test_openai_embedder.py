@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from app.models import Memory
 from app.providers.openai_embedder import EmbeddingError, OpenAIEmbedder
@@ -521,5 +521,48 @@ async def test_a_timeout_while_changing_content_is_a_504_and_changes_nothing(
             assert resp.headers["content-type"].startswith("application/problem+json")
             assert resp.json()["type"] == "https://engram.dev/problems/embedding_timeout"
             assert (await client.get(f"/v1/memories/{memory['id']}")).json() == memory
+    finally:
+        await embedder.aclose()
+
+
+@pytest.mark.parametrize(("behaviour", "status", "code"), [
+    pytest.param(Fail(500), 502, "embedding_upstream_error", id="upstream-500"),
+    pytest.param(Garbage(), 502, "embedding_bad_response", id="garbage"),
+    pytest.param(Hang(10.0), 504, "embedding_timeout", id="hang"),
+])
+async def test_a_search_whose_embedding_fails_is_a_problem_and_sends_no_query(
+    resources: Resources, server: FakeEmbeddingsServer,
+    behaviour: Behaviour, status: int, code: str,
+) -> None:
+    """The query is embedded before the search statement: a failed embedding answers with
+    the provider's problem, nothing reaches the database, and the next search works."""
+    embedder = make_embedder(server.base_url)
+    res = dataclasses.replace(resources, embedder=embedder)
+    tenant = await create_tenant_key(res)
+    statements: list[str] = []
+
+    def capture(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    try:
+        async with make_client(res, tenant.headers) as client:
+            created = await client.post("/v1/memories", json={"content": "Alice likes tea"})
+            assert created.status_code == 201, created.text
+
+            server.default = behaviour
+            event.listen(res.engine.sync_engine, "before_cursor_execute", capture)
+            try:
+                resp = await client.post("/v1/search", json={"query": "what does Alice like"})
+            finally:
+                event.remove(res.engine.sync_engine, "before_cursor_execute", capture)
+            assert resp.status_code == status, resp.text
+            assert resp.headers["content-type"].startswith("application/problem+json")
+            assert resp.json()["type"] == f"https://engram.dev/problems/{code}"
+            assert not any("term_stats" in s for s in statements)
+
+            server.default = Succeed()
+            ok = await client.post("/v1/search", json={"query": "what does Alice like"})
+            assert ok.status_code == 200, ok.text
+            assert [r["memory"]["id"] for r in ok.json()["results"]] == [created.json()["id"]]
     finally:
         await embedder.aclose()

@@ -155,9 +155,9 @@ async def vector_branch_rows(resources: Resources, statement: str,
                              parameters: Any) -> dict[str, int]:
     """Rows each vector branch produced when `statement` runs again under EXPLAIN ANALYZE.
 
-    The two branches are gated by one-time filters on the `small` CTE: the exact scan on
-    `(InitPlan n)`, the approximate one on `(NOT (InitPlan n))`. `hnsw_index` counts rows
-    out of the HNSW index itself, which the planner may skip for a scope this small.
+    The two branches, inside the `vec` CTE, are gated by one-time filters on the `small`
+    CTE: the exact scan on `(InitPlan n)`, the approximate one on `(NOT (InitPlan n))`.
+    `hnsw_index` counts rows out of the HNSW index itself.
     """
     async with resources.engine.connect() as conn:
         raw = (await conn.exec_driver_sql(
@@ -165,7 +165,8 @@ async def vector_branch_rows(resources: Resources, statement: str,
         )).scalar_one()
     plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
     rows = {"exact": 0, "ann": 0, "hnsw_index": 0}
-    for node in plan_nodes(plan):
+    [vec] = [n for n in plan_nodes(plan) if n.get("Subplan Name") == "CTE vec"]
+    for node in plan_nodes(vec):
         produced = int(node.get("Actual Rows", 0) * node.get("Actual Loops", 0))
         gate = node.get("One-Time Filter", "")
         if "InitPlan" in gate:
@@ -577,10 +578,11 @@ async def test_bm25_prefers_a_rare_term_match_over_a_common_one(
 async def test_bm25_uses_the_configured_k1_and_b(
     resources: Resources, client: httpx.AsyncClient, tenant: TenantKey,
 ) -> None:
-    """text_score is Okapi BM25 with the settings' k1 and b, from the scope's term statistics:
-    idf = ln(1 + (N - df + 0.5) / (df + 0.5)) over the N rows in scope, document length =
-    lexemes in the row's tsvector, average length over the matching rows. With b > 0 the
-    shorter of two rows that hold the term once scores higher."""
+    """text_score is Okapi BM25 with the settings' k1 and b, from the tenant's term
+    statistics: idf = ln(1 + (N - df + 0.5) / (df + 0.5)) over the N active rows of the
+    tenant, term frequency = the term's positions in the row, document length = lexemes in
+    the row's tsvector, average length over those N rows. With b > 0 the shorter of two
+    rows that hold the term once scores higher."""
     settings = resources.settings
     created = await seed(client, [
         {"content": "saxophone", "created_at": "2024-02-01T09:00:00Z"},
@@ -606,7 +608,7 @@ async def test_bm25_uses_the_configured_k1_and_b(
     assert matching[twice][1] == 2
     n, df = len(stats), len(matching)
     idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
-    avgdl = sum(dl for dl, _ in matching.values()) / df
+    avgdl = sum(dl for dl, _ in stats.values()) / n
     k1, b = settings.search_bm25_k1, settings.search_bm25_b
     assert b > 0  # the length-normalisation assertion below needs it
 
@@ -705,5 +707,27 @@ async def test_a_small_scope_of_a_large_tenant_still_returns_top_k(
     if path == "hnsw":
         assert rows["exact"] == 0, rows
         assert rows["ann"] >= 10, rows
+        assert rows["hnsw_index"] >= 10, rows
     else:
         assert rows == {"exact": 40, "ann": 0, "hnsw_index": 0}
+
+
+@pytest.mark.parametrize("path", ["exact", "hnsw"])
+async def test_top_k_above_the_vector_depth_is_still_filled(
+    resources: Resources, tenant: TenantKey, path: str,
+) -> None:
+    """The vector list is at least top_k deep: a query that no row matches lexically,
+    asking for more results than `search_vector_candidates`, gets top_k of them."""
+    settings = resources.settings.model_copy(update={
+        "search_vector_candidates": 5,
+        "search_exact_below": 1000 if path == "exact" else SMALL_EXACT_BELOW,
+    })
+    shallow = Resources(settings, resources.engine, resources.sessionmaker, resources.embedder)
+    async with make_client(shallow, tenant.headers) as c:
+        await seed(c, [{"content": f"diary entry {i}", "user_id": "u1"} for i in range(40)])
+
+        answer = await search(c, "zebra quokka", user_id="u1", top_k=25, explain=True)
+
+    assert len(answer["results"]) == 25
+    assert sorted(r["explanation"]["fusion"]["vector_rank"] for r in answer["results"]) == list(
+        range(1, 26))
