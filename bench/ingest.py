@@ -72,7 +72,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -1636,8 +1636,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+def run_main(
+    name: str,
+    args: argparse.Namespace,
+    argv: Sequence[str] | None,
+    run: Callable[[argparse.Namespace, Cleanup, dict[str, Any]], Awaitable[None]],
+    report: Callable[[dict[str, Any]], str],
+    *,
+    extra: dict[str, Any] | None = None,
+    started: float | None = None,
+    stopping: str = "the service and the database",
+) -> int:
+    """What every benchmark's main() does around its `run`: record the command and the
+    machine, stop cleanly on SIGTERM/SIGINT (whatever `cleanup` holds is stopped), print
+    `report` and write the results to bench/results/<name>-<time>.json (or --json)."""
     command = " ".join([Path(sys.executable).name, *sys.argv]) if argv is None else str(argv)
     res: dict[str, Any] = {
         "args": vars(args),
@@ -1648,7 +1660,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "python": platform.python_version(),
             "loadavg_start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
         },
-        "seed": {},
+        **(extra or {}),
     }
     cleanup = Cleanup()
 
@@ -1658,28 +1670,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_term)
     # Interruptible even when started in the background by a script (which ignores SIGINT).
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    t0 = time.perf_counter() if started is None else started
     try:
         asyncio.run(run(args, cleanup, res))
     except KeyboardInterrupt:
-        log("interrupted; stopping the service and the database")
+        log(f"interrupted; stopping {stopping}")
         return 130
     finally:
         cleanup.run()
-    res["total_s"] = time.perf_counter() - T0
+    res["total_s"] = time.perf_counter() - t0
     res["env"]["loadavg_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    text = report(res)
     print()
-    print(text)
+    print(report(res))
     if args.json != "none":
         path = (
             Path(args.json)
             if args.json
-            else (ROOT / "bench" / "results" / f"ingest-{time.strftime('%Y%m%d-%H%M%S')}.json")
+            else ROOT / "bench" / "results" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
         )
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(res, indent=2, default=str))
         print(f"\nresults written to {path}")
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_main("ingest", parse_args(argv), argv, run, report,
+                    extra={"seed": {}}, started=T0)
 
 
 if __name__ == "__main__":

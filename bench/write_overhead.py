@@ -65,11 +65,8 @@ import dataclasses
 import datetime as dt
 import gc
 import hashlib
-import json
 import os
-import platform
 import random
-import signal
 import statistics
 import sys
 import tempfile
@@ -676,47 +673,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    command = " ".join([Path(sys.executable).name, *sys.argv]) if argv is None else str(argv)
-    res: dict[str, Any] = {
-        "args": vars(args),
-        "command": command,
-        "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "env": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "loadavg_start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
-        },
-    }
-    cleanup = ing.Cleanup()
-
-    def on_term(signum: int, _frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    t0 = time.perf_counter()
-    try:
-        asyncio.run(run(args, cleanup, res))
-    except KeyboardInterrupt:
-        log("interrupted; stopping the database")
-        return 130
-    finally:
-        cleanup.run()
-    res["total_s"] = time.perf_counter() - t0
-    res["env"]["loadavg_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print()
-    print(report(res))
-    if args.json != "none":
-        path = (
-            Path(args.json)
-            if args.json
-            else BENCH / "results" / f"write-overhead-{time.strftime('%Y%m%d-%H%M%S')}.json"
-        )
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(res, indent=2, default=str))
-        print(f"\nresults written to {path}")
-    return 0
+    return ing.run_main("write-overhead", parse_args(argv), argv, run, report,
+                        stopping="the database")
 
 
 if __name__ == "__main__":
