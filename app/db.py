@@ -14,6 +14,22 @@ from sqlalchemy.ext.asyncio import (
 
 from app.settings import Settings
 
+CONNECT_TIMEOUT_SECONDS = 10
+
+
+def server_settings(settings: Settings) -> dict[str, str]:
+    """The session settings every Engram connection starts with."""
+    return {
+        # asyncpg prepares statements; PostgreSQL may then switch a filtered vector query
+        # to a generic plan that sorts a whole scope (measurements.md). Plan every time.
+        "plan_cache_mode": "force_custom_plan",
+        "application_name": "engram",
+        # A filtered HNSW scan keeps going until it has enough rows that pass
+        # the filter (pgvector 0.8); otherwise a scoped search returns too few.
+        "hnsw.iterative_scan": "relaxed_order",
+        "hnsw.ef_search": str(settings.hnsw_ef_search),
+    }
+
 
 def create_engine(url: str, settings: Settings) -> AsyncEngine:
     return create_async_engine(
@@ -22,19 +38,15 @@ def create_engine(url: str, settings: Settings) -> AsyncEngine:
         max_overflow=settings.db_max_overflow,
         pool_pre_ping=True,
         connect_args={
-            # asyncpg prepares statements; PostgreSQL may then switch a filtered vector query
-            # to a generic plan that sorts a whole scope (measurements.md). Plan every time.
-            "server_settings": {
-                "plan_cache_mode": "force_custom_plan",
-                "application_name": "engram",
-                # A filtered HNSW scan keeps going until it has enough rows that pass
-                # the filter (pgvector 0.8); otherwise a scoped search returns too few.
-                "hnsw.iterative_scan": "relaxed_order",
-                "hnsw.ef_search": str(settings.hnsw_ef_search),
-            },
-            "timeout": 10,
+            "server_settings": server_settings(settings),
+            "timeout": CONNECT_TIMEOUT_SECONDS,
         },
     )
+
+
+def asyncpg_dsn(engine: AsyncEngine) -> str:
+    """The engine's URL as libpq/asyncpg spell it, for the code that uses asyncpg directly."""
+    return engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+import asyncpg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -147,7 +148,19 @@ _STATUS_TITLES = {
 }
 
 
+# The search statement runs on asyncpg directly (app/search/reader.py).
+_ASYNCPG_UNAVAILABLE = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.TooManyConnectionsError,
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+)
+
+
 def _is_connection_failure(exc: BaseException) -> bool:
+    if isinstance(exc, _ASYNCPG_UNAVAILABLE):
+        return True
     if isinstance(exc, InterfaceError | OperationalError):
         return True
     if isinstance(exc, DBAPIError) and exc.connection_invalidated:

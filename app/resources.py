@@ -16,6 +16,7 @@ from app.providers.embedder import Embedder, build_embedder
 from app.providers.llm import LLMClient, build_llm_client
 from app.search.config import build_limits, build_pipeline
 from app.search.pipeline import SearchPipeline
+from app.search.reader import SearchReader
 from app.search.repository import RetrievalLimits
 from app.settings import Settings
 
@@ -33,6 +34,9 @@ class Resources:
     background: list[asyncio.Task[None]] = field(default_factory=list)
     # The LLM consolidation ops use; None when none is configured.
     llm: LLMClient | None = None
+    # Opened by build_resources, else on the first search (see search_reader()).
+    reader: SearchReader | None = None
+    _reader_lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
 
     @cached_property
     def search_pipeline(self) -> SearchPipeline:
@@ -42,6 +46,13 @@ class Resources:
     def search_limits(self) -> RetrievalLimits:
         return build_limits(self.settings)
 
+    async def search_reader(self) -> SearchReader:
+        if self.reader is None:
+            async with self._reader_lock:
+                if self.reader is None:
+                    self.reader = await SearchReader.open(self.engine, self.settings)
+        return self.reader
+
     async def close(self) -> None:
         for task in self.background:
             task.cancel()
@@ -50,6 +61,8 @@ class Resources:
         close_llm = getattr(self.llm, "aclose", None)
         if close_llm is not None:
             await close_llm()
+        if self.reader is not None:
+            await self.reader.close()
         await self.engine.dispose()
         if self.embedded is not None:
             await asyncio.to_thread(self.embedded.stop)
@@ -83,5 +96,11 @@ async def build_resources(settings: Settings, *, migrate: bool = True) -> Resour
             await asyncio.to_thread(embedded.stop)
         raise
     label = f"embedded PostgreSQL in {embedded.pgdata}" if embedded else "ENGRAM_DATABASE_URL"
-    return Resources(settings, engine, create_sessionmaker(engine), embedder, embedded, label,
-                     llm=build_llm_client(settings))
+    resources = Resources(settings, engine, create_sessionmaker(engine), embedder, embedded,
+                          label, llm=build_llm_client(settings))
+    try:
+        await resources.search_reader()
+    except BaseException:
+        await resources.close()
+        raise
+    return resources

@@ -12,7 +12,9 @@ What it does (5-6 minutes on an idle 2-core machine at full size; ~14 with other
 2. For every question, scoped to its conversation's user_id, computes recall@5/10/20 and
    hit@10 (per kind, "regular" = every kind but summary, and "all") for:
      dense (db)             the vector list of app.search.repository's candidate SQL alone
+                            (the vector statement, `candidates`)
      engram bm25 (db)       the BM25-from-term-statistics text list of the same SQL alone
+                            (the text statement, `text_matches`)
      ts_rank_cd ...         plain PostgreSQL full text: websearch_to_tsquery (AND of the
                             words) ranked by ts_rank_cd, and an OR of the query's lexemes
                             ranked by ts_rank_cd with normalisation 0 and 1
@@ -25,9 +27,10 @@ What it does (5-6 minutes on an idle 2-core machine at full size; ~14 with other
    candidate depths, BM25 k1/b) by building SearchService objects from Settings copies,
    over the stored data (no re-ingest), and prints recall@10 for every point and the best.
    The sweep reuses work that does not change between points: each query is embedded once
-   (a memoising wrapper around the real embedder) and the candidate SQL runs once per
-   (query, scope, RetrievalLimits) (a memoising SearchRepository subclass); the pipeline,
-   which is what the fusion settings change, runs for every point.
+   (a memoising wrapper around the real embedder) and each of the two candidate statements
+   (text_matches, candidates) runs once per (query, scope, RetrievalLimits) (a memoising
+   SearchRepository subclass, on one app.search.reader.SearchReader pool, as the service
+   runs them); the pipeline, which is what the fusion settings change, runs for every point.
 
 4. Adds one summary per session (synthesize-only: the turns stay; fact_role='summary',
    summary_of = the session's memory ids, created_at = the session date, same user_id and
@@ -95,11 +98,13 @@ from app.migrate import upgrade_to_head  # noqa: E402
 from app.providers.embedder import Vector  # noqa: E402
 from app.providers.local_embedder import LocalEmbedder  # noqa: E402
 from app.search.config import build_limits, build_pipeline  # noqa: E402
+from app.search.reader import Fetcher, SearchReader  # noqa: E402
 from app.search.repository import (  # noqa: E402
     RetrievalLimits,
     RetrievedRow,
     SearchFilter,
     SearchRepository,
+    TextMatches,
 )
 from app.search.schemas import SearchRequest  # noqa: E402
 from app.search.service import SearchService  # noqa: E402
@@ -171,35 +176,70 @@ class MemoEmbedder:
 
 @dataclass
 class SqlStats:
+    """The candidate statements run (cache misses): `calls` and `seconds` count both, the
+    text_ and vector_ fields each statement."""
+
     calls: int = 0
     seconds: float = 0.0
+    text_calls: int = 0
+    text_seconds: float = 0.0
+    vector_calls: int = 0
+    vector_seconds: float = 0.0
+
+    def add(self, statement: str, seconds: float) -> None:
+        self.calls += 1
+        self.seconds += seconds
+        setattr(self, f"{statement}_calls", getattr(self, f"{statement}_calls") + 1)
+        setattr(self, f"{statement}_seconds", getattr(self, f"{statement}_seconds") + seconds)
+
+    def line(self) -> str:
+        def each(calls: int, seconds: float) -> str:
+            return f"{1000 * seconds / max(1, calls):.1f}"
+
+        return (f"{self.calls} candidate SQL statements ({self.text_calls} text, "
+                f"{each(self.text_calls, self.text_seconds)} ms each; {self.vector_calls} "
+                f"vector, {each(self.vector_calls, self.vector_seconds)} ms each)")
 
 
 class MemoSearchRepository(SearchRepository):
-    """SearchRepository whose candidate SQL result is remembered per (query, filters, limits).
+    """SearchRepository whose two statements' results are remembered: `text_matches` per
+    (query, scope, limits), `candidates` per (query, scope, limits, top_k).
 
-    The statement is deterministic for a fixed table, so a sweep point that changes only
-    pipeline weights gets exactly the rows the service would fetch. `cache` must be
-    cleared when the table changes (the summaries step does).
+    The statements are deterministic for a fixed table, so a sweep point that changes only
+    pipeline weights gets exactly the rows the service would fetch. `candidates` gets no
+    query text: the query vector stands for it (one per query, from MemoEmbedder), and the
+    TextMatches it is given, which the rest of the key determines, is in the key as well.
+    `cache` must be cleared when the table changes (the summaries step does).
     """
 
-    def __init__(self, session: AsyncSession, tenant_id: uuid.UUID,
-                 cache: dict[Any, list[RetrievedRow]], stats: SqlStats) -> None:
-        super().__init__(session, tenant_id)
+    def __init__(self, db: Fetcher, tenant_id: uuid.UUID, cache: dict[Any, Any],
+                 stats: SqlStats) -> None:
+        super().__init__(db, tenant_id)
         self.cache = cache
         self.stats = stats
 
-    async def candidates(self, query_text: str, query_vector: Sequence[float],
-                         filters: SearchFilter, limits: RetrievalLimits, top_k: int = 0
-                         ) -> list[RetrievedRow]:
-        key = (query_text, filters.user_id, filters.include_summaries, limits, top_k)
+    async def text_matches(self, query_text: str, filters: SearchFilter,
+                           limits: RetrievalLimits) -> TextMatches:
+        key = ("text", query_text, filters.user_id, filters.include_summaries, limits)
         if key not in self.cache:
             t = time.perf_counter()
-            self.cache[key] = await super().candidates(query_text, query_vector, filters,
-                                                       limits, top_k)
-            self.stats.seconds += time.perf_counter() - t
-            self.stats.calls += 1
-        return self.cache[key]
+            self.cache[key] = await super().text_matches(query_text, filters, limits)
+            self.stats.add("text", time.perf_counter() - t)
+        result: TextMatches = self.cache[key]
+        return result
+
+    async def candidates(self, text: TextMatches, query_vector: Sequence[float],
+                         filters: SearchFilter, limits: RetrievalLimits, top_k: int = 0
+                         ) -> list[RetrievedRow]:
+        key = ("vector", tuple(query_vector), text, filters.user_id,
+               filters.include_summaries, limits, top_k)
+        if key not in self.cache:
+            t = time.perf_counter()
+            self.cache[key] = await super().candidates(text, query_vector, filters, limits,
+                                                       top_k)
+            self.stats.add("vector", time.perf_counter() - t)
+        rows: list[RetrievedRow] = self.cache[key]
+        return rows
 
 
 # --- the stored corpus -----------------------------------------------------------------------
@@ -333,14 +373,16 @@ def ranker(rankings: Rankings) -> Callable[[Question], list[str]]:
 
 
 class Evaluator:
-    def __init__(self, maker: async_sessionmaker[AsyncSession], embedder: MemoEmbedder,
-                 base: Settings, corpus: Corpus, questions: Sequence[Question]) -> None:
-        self.maker = maker
+    def __init__(self, maker: async_sessionmaker[AsyncSession], reader: Fetcher,
+                 embedder: MemoEmbedder, base: Settings, corpus: Corpus,
+                 questions: Sequence[Question]) -> None:
+        self.maker = maker  # for the ts_rank_cd baselines
+        self.reader = reader  # the candidate statements, as the service runs them
         self.embedder = embedder
         self.base = base
         self.corpus = corpus
         self.questions = questions
-        self.cache: dict[Any, list[RetrievedRow]] = {}
+        self.cache: dict[Any, Any] = {}
         self.stats = SqlStats()
         self.pipeline_seconds = 0.0
         self.pipeline_calls = 0
@@ -354,12 +396,12 @@ class Evaluator:
     async def rows(self, limits: RetrievalLimits) -> dict[str, list[RetrievedRow]]:
         """The candidate SQL's rows per question (memoised), for the single-list baselines."""
         out: dict[str, list[RetrievedRow]] = {}
-        async with self.maker() as session:
-            repo = MemoSearchRepository(session, self.corpus.tenant_id, self.cache, self.stats)
-            for q in self.questions:
-                (vector,) = await self.embedder.embed([q.text])
-                out[q.id] = await repo.candidates(
-                    q.text, vector, SearchFilter(user_id=q.conversation_id), limits)
+        repo = MemoSearchRepository(self.reader, self.corpus.tenant_id, self.cache, self.stats)
+        for q in self.questions:
+            (vector,) = await self.embedder.embed([q.text])
+            filters = SearchFilter(user_id=q.conversation_id)
+            matches = await repo.text_matches(q.text, filters, limits)
+            out[q.id] = await repo.candidates(matches, vector, filters, limits)
         return out
 
     def list_ranking(self, rows: dict[str, list[RetrievedRow]], which: str) -> Rankings:
@@ -377,19 +419,20 @@ class Evaluator:
         pipeline, limits = build_pipeline(settings), build_limits(settings)
         out: Rankings = {}
         styles: dict[str, str] = {}
-        async with self.maker() as session:
-            repo = MemoSearchRepository(session, self.corpus.tenant_id, self.cache, self.stats)
-            service = SearchService(repo, self.embedder, pipeline, limits)
-            for q in self.questions if questions is None else questions:
-                sql_before = self.stats.seconds
-                t = time.perf_counter()
-                response = await service.search(
-                    SearchRequest(query=q.text, user_id=q.conversation_id, top_k=TOP_K))
-                self.pipeline_seconds += (time.perf_counter() - t) - (
-                    self.stats.seconds - sql_before)
-                self.pipeline_calls += 1
-                out[q.id] = [self.corpus.label[r.memory.id] for r in response.results]
-                styles[q.id] = response.query_style
+        repo = MemoSearchRepository(self.reader, self.corpus.tenant_id, self.cache, self.stats)
+        service = SearchService(repo, self.embedder, pipeline, limits)
+        for q in self.questions if questions is None else questions:
+            # The questions are embedded beforehand (MemoEmbedder), so the text statement
+            # overlaps nothing: the search's time less its SQL is the rest of it.
+            sql_before = self.stats.seconds
+            t = time.perf_counter()
+            response = await service.search(
+                SearchRequest(query=q.text, user_id=q.conversation_id, top_k=TOP_K))
+            self.pipeline_seconds += (time.perf_counter() - t) - (
+                self.stats.seconds - sql_before)
+            self.pipeline_calls += 1
+            out[q.id] = [self.corpus.label[r.memory.id] for r in response.results]
+            styles[q.id] = response.query_style
         return out, styles
 
     async def ts_rank_cd(self, mode: str, norm: int = 0) -> Rankings:
@@ -568,9 +611,12 @@ async def run(args: argparse.Namespace) -> int:
                     _env_file=None)
     engine = create_engine(pg.url, base)
     inner = LocalEmbedder(batch_size=base.embedder_batch_size, threads=base.embedder_threads)
+    reader: SearchReader | None = None
     report: dict[str, Any] = {"quick": args.quick, "started": datetime.now(UTC).isoformat()}
     try:
         await upgrade_to_head(engine)
+        # The search's own pool, as the service opens it (app/search/reader.py).
+        reader = await SearchReader.open(engine, base)
         maker = create_sessionmaker(engine)
         async with maker() as session:
             tenant = await TenantRepository(session).ensure_tenant("retrieval-eval")
@@ -594,7 +640,7 @@ async def run(args: argparse.Namespace) -> int:
         t = time.perf_counter()
         await embedder.embed([q.text for q in questions])
         log(f"embedded {len(questions)} questions in {time.perf_counter() - t:.1f}s")
-        ev = Evaluator(maker, embedder, base, corpus, questions)
+        ev = Evaluator(maker, reader, embedder, base, corpus, questions)
         defaults = normalise({}, base)
         log("search settings (defaults): " + describe({}, base)
             + f"; importance w={base.search_importance_weight:g} "
@@ -658,7 +704,7 @@ async def run(args: argparse.Namespace) -> int:
         for k in ks:
             for r in ratios:
                 await point(fusion(k, r), "A fusion")
-        log(f"  A (fusion grid, {len(ks) * len(ratios)} points) done; SQL calls so far "
+        log(f"  A (fusion grid, {len(ks) * len(ratios)} points) done; SQL statements so far "
             f"{ev.stats.calls}")
         top_fusion = sorted((p for p in points.values() if p.phase == "A fusion"),
                             key=Point.key, reverse=True)[:2]
@@ -670,7 +716,7 @@ async def run(args: argparse.Namespace) -> int:
                 for f in carried:
                     await point({**f, "search_vector_candidates": vc,
                                  "search_text_candidates": tc}, "B depth")
-        log(f"  B (depths) done; SQL calls so far {ev.stats.calls}")
+        log(f"  B (depths) done; SQL statements so far {ev.stats.calls}")
         best_b = max(points.values(), key=Point.key)
         depth_best = pick(("search_vector_candidates", "search_text_candidates"), best_b)
         # C: BM25 k1/b at the best depths.
@@ -679,7 +725,7 @@ async def run(args: argparse.Namespace) -> int:
                 for f in carried:
                     await point({**f, **depth_best, "search_bm25_k1": k1, "search_bm25_b": b},
                                 "C bm25")
-        log(f"  C (bm25 k1/b) done; SQL calls so far {ev.stats.calls}")
+        log(f"  C (bm25 k1/b) done; SQL statements so far {ev.stats.calls}")
         best_c = max(points.values(), key=Point.key)
         # The text list alone for each k1/b (its SQL rows are already memoised).
         text_only: dict[tuple[float, float], dict[str, Metrics]] = {}
@@ -695,9 +741,8 @@ async def run(args: argparse.Namespace) -> int:
             for r in ratios:
                 await point({**limits_best, **fusion(k, r)}, "D fusion@best")
         log(f"  D (fusion grid at the best limits) done; {len(points)} points, "
-            f"{ev.stats.calls} SQL calls ({1000 * ev.stats.seconds / max(1, ev.stats.calls):.1f}"
-            f" ms each), pipeline {1000 * ev.pipeline_seconds / max(1, ev.pipeline_calls):.2f}"
-            " ms per query")
+            f"{ev.stats.line()}, pipeline "
+            f"{1000 * ev.pipeline_seconds / max(1, ev.pipeline_calls):.2f} ms per query")
         ranked_points = sorted(points.values(), key=Point.key, reverse=True)
         best = ranked_points[0]
         best_result = best.result
@@ -958,9 +1003,8 @@ async def run(args: argparse.Namespace) -> int:
         print(f"- with summaries at the recommended settings: worst regular R@10 drop "
               f"{100 * drop:+.1f} points (limit 1.0), worst right-summary-in-top-3 "
               f"{pts(top3)}% (target 100%)")
-        print(f"\nIngest {ingest_s:.1f}s for {len(dataset.turns)} turns; {ev.stats.calls} "
-              f"candidate SQL calls, {1000 * ev.stats.seconds / max(1, ev.stats.calls):.1f} ms "
-              f"each; {ev.pipeline_calls} pipeline runs, "
+        print(f"\nIngest {ingest_s:.1f}s for {len(dataset.turns)} turns; {ev.stats.line()}; "
+              f"{ev.pipeline_calls} pipeline runs, "
               f"{1000 * ev.pipeline_seconds / max(1, ev.pipeline_calls):.2f} ms each; total run "
               f"time {elapsed:.0f}s ({elapsed / 60:.1f} min)")
         report.update({
@@ -986,6 +1030,8 @@ async def run(args: argparse.Namespace) -> int:
         return 0
     finally:
         await inner.aclose()
+        if reader is not None:
+            await reader.close()
         await engine.dispose()
         await asyncio.to_thread(pg.stop)
         shutil.rmtree(tmp, ignore_errors=True)

@@ -1,12 +1,18 @@
 """Search speed benchmark: POST /v1/search through the real HTTP server at 10k and 100k rows.
 
-What is measured: the service embeds the query, then retrieves the candidates of both
-lists in ONE SQL statement (`SearchRepository.candidates`, app/search/repository.py: the
-small-scope probe, BM25 over the `term_stats` statistics, exact ranking for a small scope
-or HNSW otherwise, and the rows of both lists), run with a generic plan
-(plan_cache_mode=force_generic_plan, set transaction-locally with no parallel workers),
-then runs the pure pipeline and commits. A search therefore costs about
-embedding + candidate SQL + the rest (pipeline, commit, HTTP, validation, JSON).
+What is measured: the service retrieves the candidates of both lists in TWO SQL
+statements (app/search/repository.py), each one round trip on the search's own asyncpg
+pool (app/search/reader.py: connections that start with plan_cache_mode=
+force_generic_plan and no parallel workers; no transaction, no set_config, no request
+session or commit):
+  text    `SearchRepository.text_matches`: the small-scope probe and BM25 over the
+          `term_stats` statistics; it needs no vector, so the service starts it BEFORE
+          embedding the query and it runs while the query is embedded;
+  vector  `SearchRepository.candidates`, after the embedding: exact ranking for a small
+          scope or HNSW otherwise (gated on the text statement's `small`, passed as a
+          parameter), and the rows of both lists.
+Then the pure pipeline runs. A search therefore costs about
+max(embedding, text SQL) + vector SQL + the rest (pipeline, HTTP, validation, JSON).
 
 What it does, for each size in --rows (default 10000,100000; about 8-12 minutes in all
 on 2 shared cores):
@@ -53,21 +59,23 @@ on 2 shared cores):
            torch.set_num_threads(1) as the service runs it);
      H     the floor: one HNSW top-10 query alone (asyncpg, same database, ef_search as the
            service's setting), plus the same for the large user with iterative scan;
-     SQL   the app's candidate statement alone, per class, through
-           app.search.repository.SearchRepository.candidates on the app's own engine (same
-           connection settings as the service), in a transaction as the service runs it
-           (its set_config and the statement, no embedding).
-   A what-if times `candidates` with text_match_cap 200 and with exact_below 250 (timing
+     SQL   the app's two candidate statements alone, per class, each timed: text_matches
+           then candidates of app.search.repository.SearchRepository, one after the other,
+           on an app.search.reader.SearchReader opened on the app's engine (the pool type
+           and connection settings the service uses; no embedding).
+   A what-if times text + vector with text_match_cap 200 and with exact_below 250 (timing
    only; both change which rows are found, so recall).
    Then requests/s with 8 concurrent clients (httpx.AsyncClient, a bounded number of mixed
-   requests), and the plan the service really runs for a sample of queries of each class:
-   auto_explain (log_analyze, JSON) in the session captures the plan the candidate
-   statement ran -- the generic plan (a plain EXPLAIN with bound parameters would always
+   requests), and the plans the service really runs for a sample of queries of each class:
+   on a dedicated asyncpg connection with the search pool's settings, auto_explain
+   (log_analyze, JSON; loaded and set for that session) captures the plan each of the two
+   statements ran -- the generic plan (a plain EXPLAIN with bound parameters would always
    plan with their values, i.e. a custom plan) -- and the report says which kind it was.
-   From it: which vector branch of the `vec` CTE ran (the exact ranking over the scope's
-   btree, or HNSW: the branch whose one-time-filtered Result produced rows, and whether the
-   HNSW index returned rows), which text match branch ran, the own time of each CTE
-   (without the CTEs it reads), the executor time, and how many rows were matched.
+   From them: which vector branch of the `vec` CTE ran (the exact ranking over the scope's
+   btree, or HNSW: the branch whose Result, gated on the `small` parameter, produced rows,
+   and whether the HNSW index returned rows), which text match branch ran, the own time of
+   each CTE (without the CTEs it reads), each statement's executor time, and how many rows
+   were matched.
 
 3. Prints the tables (seed, floors, latency and its split, throughput, plans, goal check:
    p50 within 1.5x of embedding + HNSW floor, p95 under 50 ms at 100k) and writes JSON to
@@ -75,12 +83,13 @@ on 2 shared cores):
 
 With --profile the service runs under bench/search_profile_server.py (the same `serve`
 code path with timing hooks) and a server-side split is added: embed wait, model forward,
-candidate SQL, pipeline, commit and the rest (validation, session, serialisation).
+text SQL (overlapping the embedding) and how long a request still waited for it after its
+vector was ready, vector SQL, pipeline and the rest (validation, serialisation).
 
 Run:   .venv/bin/python bench/search.py                 (10k then 100k rows)
        .venv/bin/python bench/search.py --quick         (10k rows, fewer queries, ~2-3 min)
        .venv/bin/python bench/search.py --rows 100000   (one size)
-       add --profile for the server-side split, --show-plans for the statement's plans
+       add --profile for the server-side split, --show-plans for the statements' plans
 """
 
 from __future__ import annotations
@@ -108,6 +117,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 import numpy as np
 
@@ -124,6 +134,9 @@ import ingest as ing  # noqa: E402  (bench/ingest.py: generator, COPY helpers, p
 DIM = ing.DIM
 HNSW_INDEX = ing.HNSW_INDEX
 CLASSES = ("unscoped", "small_user", "large_user")
+# The candidate SQL as timed from the bench: the text statement, the vector statement, and
+# their sum per query.
+SQL_PARTS = ("text", "vector", "sum")
 log = ing.log
 pct = ing.pct
 fmt = ing.fmt
@@ -486,9 +499,9 @@ async def seed(
 # --------------------------------------------------------------------------- measuring
 
 
-# auto_explain, set in the plan-capturing session only (SET LOCAL): it logs the plan each
-# statement really ran -- the generic plan the service uses -- with EXPLAIN ANALYZE's
-# figures, as a NOTICE the asyncpg connection hands to a log listener.
+# auto_explain, set at session level on the plan-capturing connection only (PlanCapture):
+# it logs the plan each statement really ran -- the generic plan the service uses -- with
+# EXPLAIN ANALYZE's figures, as a NOTICE the asyncpg connection hands to a log listener.
 AUTO_EXPLAIN = {
     "auto_explain.log_min_duration": "0",
     "auto_explain.log_analyze": "on",
@@ -500,16 +513,33 @@ AUTO_EXPLAIN = {
 }
 _DURATION = re.compile(r"duration: ([0-9.]+) ms\s+plan:\s*", re.S)
 _VECTOR_LITERAL = re.compile(r"'\[[-+0-9.e,]{100,}\]'")
-# The candidate statement's CTEs, grouped as the report shows them: the term_stats
-# lookups and tsqueries; BM25 scoring and the text top list (bm25 is inlined into txt).
+# The text statement's CTEs, grouped as the report shows them (small and matched apart):
+# the term_stats lookups and tsqueries; BM25 scoring and the text top list (bm25 is
+# inlined into txt).
 STATS_CTES = ("terms", "query", "tenant_stats", "rare_terms")
 SCORE_CTES = ("postings", "collection", "idf", "bm25", "txt")
+# The two candidate statements, in the order the service runs them.
+STATEMENTS = ("text", "vector")
+# A one-time filter on a bound parameter: the vector statement's gate on `small`, `$n` for
+# the exact branch and `(NOT $n)` for HNSW in a generic plan (a custom plan folds it).
+_PARAMETER_GATE = re.compile(r"^\(*(NOT\s+)?\$\d+\)*$")
+_PARAMETER = re.compile(r"\$\d+\b")
 
 
-def parse_auto_explain(messages: list[str], fmt: str) -> dict[str, Any] | None:
-    """The candidate statement's plan among auto_explain's NOTICEs (the set_config and
-    type introspection statements are skipped), or None."""
-    found = None
+def statement_of(query: str) -> str | None:
+    """Which candidate statement a query text is: "text" (text_matches), "vector"
+    (candidates), or None (type introspection, SHOW, ...)."""
+    if "rare_terms" in query and "vector_rank" not in query:
+        return "text"
+    if "vector_rank" in query and "vec_ann" in query:
+        return "vector"
+    return None
+
+
+def parse_auto_explain(messages: list[str], fmt: str) -> dict[str, dict[str, Any]]:
+    """The candidate statements' plans among auto_explain's NOTICEs, by statement ("text",
+    "vector"; the last of each), skipping the other statements (type introspection)."""
+    found: dict[str, dict[str, Any]] = {}
     for msg in messages:
         m = _DURATION.match(msg)
         if not m:
@@ -517,7 +547,8 @@ def parse_auto_explain(messages: list[str], fmt: str) -> dict[str, Any] | None:
         body = msg[m.end() :]
         doc = json.loads(body) if fmt == "json" else None
         query = doc.get("Query Text", "") if doc is not None else body
-        if "vector_rank" not in query or "rare_terms" not in query:
+        kind = statement_of(query)
+        if kind is None:
             continue
         entry: dict[str, Any] = {"duration_ms": float(m.group(1))}
         if doc is not None:
@@ -527,24 +558,29 @@ def parse_auto_explain(messages: list[str], fmt: str) -> dict[str, Any] | None:
             top = next((k for k, line in enumerate(lines) if "actual time=" in line), 0)
             # A custom plan would spell the query vector out, several times: shortened.
             entry["text"] = _VECTOR_LITERAL.sub("'[<query vector>]'", "\n".join(lines[top:]))
-        found = entry
+        found[kind] = entry
     return found
 
 
-def _gated_branches(node: dict[str, Any]) -> list[dict[str, Any]]:
-    """The branches under `node` gated by a one-time filter on the `small` probe: whether
-    the filter is the negated one (the large-scope branch), whether the branch below the
-    Result ran (its filter was true), its rows, and the indexes that ran in it (with the
-    rows they returned). (The exact branch sorts above its Result: Limit, Sort, Result.)"""
-    out: list[dict[str, Any]] = []
+def _index_rows(n: dict[str, Any], acc: dict[str, float]) -> dict[str, float]:
+    """The indexes that ran under `n`, with the rows they returned (added to `acc`)."""
+    if n.get("Index Name") and n.get("Actual Loops", 0) > 0:
+        acc[n["Index Name"]] = acc.get(n["Index Name"], 0) + n.get("Actual Rows", 0) * n.get(
+            "Actual Loops", 0
+        )
+    for c in n.get("Plans", []):
+        _index_rows(c, acc)
+    return acc
 
-    def indexes(n: dict[str, Any], acc: dict[str, float]) -> None:
-        if n.get("Index Name") and n.get("Actual Loops", 0) > 0:
-            acc[n["Index Name"]] = acc.get(n["Index Name"], 0) + n.get("Actual Rows", 0) * n.get(
-                "Actual Loops", 0
-            )
-        for c in n.get("Plans", []):
-            indexes(c, acc)
+
+def _gated_branches(node: dict[str, Any]) -> list[dict[str, Any]]:
+    """The branches under `node` gated by a one-time filter on `small` (in the text
+    statement the `small` CTE's InitPlan, in the vector statement the bound parameter):
+    the filter, whether it is on a parameter, whether it is the negated one (the
+    large-scope branch), whether the branch below the Result ran (its filter was true), its
+    rows, and the indexes that ran in it (with the rows they returned). (The exact branch
+    sorts above its Result: Limit, Sort, Result.)"""
+    out: list[dict[str, Any]] = []
 
     def walk(n: dict[str, Any]) -> None:
         flt = n.get("One-Time Filter")
@@ -556,9 +592,11 @@ def _gated_branches(node: dict[str, Any]) -> list[dict[str, Any]]:
             ]
             acc: dict[str, float] = {}
             for c in below:
-                indexes(c, acc)
+                _index_rows(c, acc)
             out.append(
                 {
+                    "filter": flt,
+                    "on_parameter": _PARAMETER_GATE.match(flt.strip()) is not None,
                     "large": re.search(r"\bNOT\b", flt) is not None,
                     "ran": any(c.get("Actual Loops", 0) > 0 for c in below),
                     "rows": n.get("Actual Rows", 0) * n.get("Actual Loops", 0),
@@ -573,12 +611,14 @@ def _gated_branches(node: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def cte_times(doc: dict[str, Any], tenant: uuid.UUID) -> dict[str, Any]:
-    """From the candidate statement's auto_explain JSON: each CTE's own time (its inclusive
-    time less the CTE scans under it, which run the CTEs it reads first) and rows, the
-    executor time, which gated branch of `vec` and of `matched` ran (and the indexes in
-    it), and whether the plan is generic (a custom plan has the parameter values, e.g.
-    the tenant id, in it)."""
+def _statement_times(
+    doc: dict[str, Any], tenant: uuid.UUID
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """One statement's figures from its auto_explain JSON: each CTE's own time (its
+    inclusive time less the CTE scans under it, which run the CTEs it reads first) and
+    rows, the executor time, what the final select adds to its CTEs, and whether the plan
+    is generic (its filters hold `$n` parameters; a custom plan has the values, e.g. the
+    tenant id, in it). Also each CTE's plan node, by name."""
     plan = doc["Plan"]
     ctes: dict[str, dict[str, float]] = {}
     subtrees: dict[str, dict[str, Any]] = {}
@@ -607,6 +647,41 @@ def cte_times(doc: dict[str, Any], tenant: uuid.UUID) -> dict[str, Any]:
             walk(child)
 
     walk(plan)
+    execution = plan.get("Actual Total Time", 0.0)
+    dumped = json.dumps(plan)
+    return {
+        "ctes": ctes,
+        "execution_ms": execution,
+        "outside_ctes_ms": max(0.0, execution - sum(c["ms"] for c in ctes.values())),
+        "generic": str(tenant) not in dumped and _PARAMETER.search(dumped) is not None,
+    }, subtrees
+
+
+def text_plan(doc: dict[str, Any], tenant: uuid.UUID) -> dict[str, Any]:
+    """The text statement (text_matches): its CTE own times and executor time (see
+    `_statement_times`), and which gated branch of `matched` ran (and the indexes in it)."""
+    out, subtrees = _statement_times(doc, tenant)
+    # matched: the branch whose gated Result ran (a small scope may match no row).
+    matched = _gated_branches(subtrees["matched"]) if "matched" in subtrees else []
+    ran = [b for b in matched if b["ran"]]
+    out["small"] = not ran[0]["large"] if len(ran) == 1 else None
+    out["text_path"] = (
+        "; ".join(
+            ("large: " if b["large"] else "small: ")
+            + ("+".join(sorted(b["indexes"])) or "seq scan")
+            for b in ran
+        )
+        or "none ran"
+    )
+    return out
+
+
+def vector_plan(doc: dict[str, Any], tenant: uuid.UUID) -> dict[str, Any]:
+    """The vector statement (candidates): its CTE own times and executor time (see
+    `_statement_times`), and which branch of `vec` ran: the one whose Result, gated on the
+    `small` parameter (`$n` exact, `(NOT $n)` HNSW), produced rows (the exact ranking,
+    or HNSW if the HNSW index returned rows)."""
+    out, subtrees = _statement_times(doc, tenant)
 
     def sorted_by_distance(n: dict[str, Any]) -> bool:
         """A Sort on a `<=>` expression that returned rows (the exact ranking)."""
@@ -616,10 +691,15 @@ def cte_times(doc: dict[str, Any], tenant: uuid.UUID) -> dict[str, Any]:
             and any("<=>" in k for k in n.get("Sort Key", []))
         ) or any(sorted_by_distance(c) for c in n.get("Plans", []))
 
-    # vec: the branch whose gated Result produced rows (exact ranking or HNSW).
-    vec = _gated_branches(subtrees["vec"]) if "vec" in subtrees else []
+    node = subtrees.get("vec", {})
+    gates = _gated_branches(node)
+    vec = [b for b in gates if b["on_parameter"]]
     produced = [b for b in vec if b["rows"] > 0] or [b for b in vec if b["ran"]]
-    hnsw_rows = sum(b["indexes"].get(HNSW_INDEX, 0) for b in vec)
+    everywhere = _index_rows(node, {})
+    hnsw_rows = everywhere.get(HNSW_INDEX, 0)
+    if not vec and node:
+        # No gate on the parameter (a custom plan folds it, dropping a branch): what ran.
+        produced = [{"large": hnsw_rows > 0, "indexes": everywhere}]
     paths = []
     for b in produced:
         if b["large"]:
@@ -629,87 +709,91 @@ def cte_times(doc: dict[str, Any], tenant: uuid.UUID) -> dict[str, Any]:
             paths.append(
                 "exact: "
                 + ("+".join(used) or "seq scan")
-                + (" + sort" if sorted_by_distance(subtrees["vec"]) else "")
+                + (" + sort" if sorted_by_distance(node) else "")
             )
     if len(vec) != 2:
-        paths.append(f"{len(vec)} gated vec branches?")
-    # matched: the branch whose gated Result ran (a small scope may match no row).
-    matched = _gated_branches(subtrees["matched"]) if "matched" in subtrees else []
-    ran = [b for b in matched if b["ran"]]
-    small = not ran[0]["large"] if len(ran) == 1 else None
-    text_path = (
-        "; ".join(
-            ("large: " if b["large"] else "small: ")
-            + ("+".join(sorted(b["indexes"])) or "seq scan")
-            for b in ran
+        paths.append(f"{len(vec)} vec branches gated on the parameter")
+    out["vec_path"] = ", ".join(paths) or "none produced rows"
+    out["hnsw_rows"] = hnsw_rows
+    return out
+
+
+class PlanCapture:
+    """The plans the service runs, for both candidate statements: a dedicated asyncpg
+    connection with the search pool's connection settings (app.search.reader's
+    search_server_settings: generic plans, no parallel workers, the HNSW settings), with
+    auto_explain loaded and set for the session and a log listener, passed to
+    SearchRepository as its Fetcher. Each statement is prepared once on it and runs
+    its generic plan, as on the service's pool."""
+
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self.conn = conn
+        self.messages: list[str] = []
+        conn.add_log_listener(self._listener)
+
+    def _listener(self, _conn: Any, message: Any) -> None:
+        self.messages.append(str(getattr(message, "message", message)))
+
+    @classmethod
+    async def open(cls, engine: Any, settings: Any) -> PlanCapture:
+        from app.db import asyncpg_dsn
+        from app.search.reader import search_server_settings
+
+        conn = await asyncpg.connect(
+            asyncpg_dsn(engine), server_settings=search_server_settings(settings)
         )
-        or "none ran"
-    )
-    execution = plan.get("Actual Total Time", 0.0)
-    return {
-        "ctes": ctes,
-        "vec_path": ", ".join(paths) or "none produced rows",
-        "hnsw_rows": hnsw_rows,
-        "small": small,
-        "text_path": text_path,
-        "execution_ms": execution,
-        # What the final select adds to its CTEs: fetching the rows of both lists.
-        "outside_ctes_ms": max(0.0, execution - sum(c["ms"] for c in ctes.values())),
-        "generic": str(tenant) not in json.dumps(plan),
-    }
-
-
-async def explain_search(
-    maker: Any,
-    tenant: uuid.UUID,
-    question: str,
-    vector: Sequence[float],
-    filters: Any,
-    limits: Any,
-    fmt: str,
-) -> tuple[dict[str, Any], list[Any], dict[str, str]]:
-    """Runs `candidates` as the service does (SearchRepository on the app's engine, in a
-    transaction) with auto_explain on; returns the statement's plan, the rows it returned
-    and the session's settings after it (plan_cache_mode is set by the repository, so the
-    plan says itself whether it is generic)."""
-    from sqlalchemy import text
-
-    from app.search.repository import SearchRepository
-
-    messages: list[str] = []
-
-    def listener(_conn: Any, message: Any) -> None:
-        messages.append(str(getattr(message, "message", message)))
-
-    async with maker() as s:
-        conn = await s.connection()
-        driver = (await conn.get_raw_connection()).driver_connection
-        driver.add_log_listener(listener)
         try:
-            await s.execute(text("LOAD 'auto_explain'"))
-            for key, value in {**AUTO_EXPLAIN, "auto_explain.log_format": fmt}.items():
-                await s.execute(text(f"SET LOCAL {key} = '{value}'"))
-            repo = SearchRepository(s, tenant)
-            rows = await repo.candidates(question, vector, filters, limits, 10)
-            settings = {}
-            for name in (
-                "plan_cache_mode",
-                "max_parallel_workers_per_gather",
-                "hnsw.ef_search",
-                "hnsw.iterative_scan",
-            ):
-                settings[name] = str((await s.execute(text(f"SHOW {name}"))).scalar())
-            await asyncio.sleep(0)  # log listeners are called soon, not at once
-            await s.rollback()
-        finally:
-            driver.remove_log_listener(listener)
-    plan = parse_auto_explain(messages, fmt)
-    if plan is None:
-        raise RuntimeError(
-            "auto_explain logged no plan for the candidate statement; got: "
-            + "; ".join(m[:120] for m in messages)
-        )
-    return plan, rows, settings
+            await conn.execute("LOAD 'auto_explain'")
+            for key, value in AUTO_EXPLAIN.items():
+                await conn.execute(f"SET {key} = '{value}'")
+        except BaseException:
+            await conn.close()
+            raise
+        return cls(conn)
+
+    async def settings(self) -> dict[str, str]:
+        """The session's search settings (set by the connection, as on the pool)."""
+        out = {}
+        for name in (
+            "plan_cache_mode",
+            "max_parallel_workers_per_gather",
+            "hnsw.ef_search",
+            "hnsw.iterative_scan",
+        ):
+            out[name] = str(await self.conn.fetchval(f"SHOW {name}"))
+        return out
+
+    async def search(
+        self,
+        tenant: uuid.UUID,
+        question: str,
+        vector: Sequence[float],
+        filters: Any,
+        limits: Any,
+        fmt: str,
+    ) -> tuple[dict[str, dict[str, Any]], Any, list[Any]]:
+        """text_matches then candidates, as the service runs them (no embedding: the
+        vector is given); returns both statements' plans, the TextMatches and the rows."""
+        from app.search.repository import SearchRepository
+
+        await self.conn.execute(f"SET auto_explain.log_format = '{fmt}'")
+        self.messages.clear()
+        repo = SearchRepository(self.conn, tenant)
+        text = await repo.text_matches(question, filters, limits)
+        rows = await repo.candidates(text, vector, filters, limits, 10)
+        await asyncio.sleep(0)  # log listeners are called soon, not at once
+        plans = parse_auto_explain(self.messages, fmt)
+        missing = [k for k in STATEMENTS if k not in plans]
+        if missing:
+            raise RuntimeError(
+                f"auto_explain logged no plan for the {' and '.join(missing)} statement; got: "
+                + "; ".join(m[:120] for m in self.messages)
+            )
+        return plans, text, rows
+
+    async def close(self) -> None:
+        self.conn.remove_log_listener(self._listener)
+        await self.conn.close()
 
 
 def body_for(cls: str, q: str, i: int, small_users: list[str], large_user: str) -> dict[str, Any]:
@@ -732,9 +816,10 @@ async def measure_size(
     seeded: dict[str, Any],
     tmp: Path,
 ) -> dict[str, Any]:
-    from app.db import create_engine, create_sessionmaker
+    from app.db import create_engine
     from app.models import DEFAULT_TENANT_ID
     from app.search.config import build_limits
+    from app.search.reader import SearchReader
     from app.search.repository import RetrievalLimits, SearchFilter, SearchRepository
     from app.settings import Settings
 
@@ -749,7 +834,8 @@ async def measure_size(
     profile_out = tmp / f"profile-{seeded['rows']}.json" if args.profile else None
     proc, log_path = start_server(cleanup, url, port, tmp, profile_out)
     engine = create_engine(settings.async_database_url or url, settings)
-    maker = create_sessionmaker(engine)
+    # The search's own pool, as the service opens it (app/search/reader.py).
+    reader = await SearchReader.open(engine, settings)
     raw = await ing.connect(url)
     try:
         await raw.execute(f"SET hnsw.ef_search = {settings.hnsw_ef_search}")
@@ -774,15 +860,18 @@ async def measure_size(
                     raise RuntimeError(f"POST /v1/search -> {r.status_code}: {r.text[:300]}")
                 return ms, len(r.json()["results"])
 
-            async def timed_sql(cls: str, i: int, lim: RetrievalLimits) -> float:
-                """`candidates` as the service runs it (the app's engine, in a transaction:
-                its set_config, the one statement, building the RetrievedRows), in ms."""
+            async def timed_sql(cls: str, i: int, lim: RetrievalLimits) -> tuple[float, float]:
+                """The two statements as the service runs them on its pool, each timed in
+                ms: text_matches (one round trip), then candidates with its TextMatches and
+                the query vector (one round trip, building the RetrievedRows). No
+                embedding: in the service the text statement overlaps it."""
                 f, vec = filt(cls, i), qvecs[i].tolist()
-                async with maker() as s:
-                    repo = SearchRepository(s, DEFAULT_TENANT_ID)
-                    t0 = time.perf_counter()
-                    await repo.candidates(questions[i], vec, f, lim, 10)
-                    return (time.perf_counter() - t0) * 1000
+                repo = SearchRepository(reader, DEFAULT_TENANT_ID)
+                t0 = time.perf_counter()
+                text = await repo.text_matches(questions[i], f, lim)
+                t1 = time.perf_counter()
+                await repo.candidates(text, vec, f, lim, 10)
+                return (t1 - t0) * 1000, (time.perf_counter() - t1) * 1000
 
             hnsw_sql = (
                 "SELECT id FROM memories WHERE tenant_id = $1 AND archived_at IS NULL {f}"
@@ -821,7 +910,10 @@ async def measure_size(
 
             lat: dict[str, list[float]] = {c: [] for c in CLASSES}
             empty: dict[str, int] = dict.fromkeys(CLASSES, 0)
-            sql: dict[str, list[float]] = {c: [] for c in CLASSES}
+            # Per class: the text statement, the vector statement, their sum (per query).
+            sql: dict[str, dict[str, list[float]]] = {
+                c: {k: [] for k in SQL_PARTS} for c in CLASSES
+            }
             emb: list[float] = []
             hnsw: list[float] = []
             hnsw_large: list[float] = []
@@ -859,7 +951,9 @@ async def measure_size(
                     hnsw_large.append((time.perf_counter() - t) * 1000)
                 for i in idx:
                     for cls in CLASSES:
-                        sql[cls].append(await timed_sql(cls, i, limits))
+                        t_ms, v_ms = await timed_sql(cls, i, limits)
+                        for part, ms in zip(SQL_PARTS, (t_ms, v_ms, t_ms + v_ms), strict=True):
+                            sql[cls][part].append(ms)
                 d = probe.delta(a, probe.snap())
                 cpu.append(d)
                 log(
@@ -879,7 +973,7 @@ async def measure_size(
                 }
 
             out["http"] = {c: {**stats(lat[c]), "empty": empty[c]} for c in CLASSES}
-            out["sql"] = {c: stats(sql[c]) for c in CLASSES}
+            out["sql"] = {c: {k: stats(sql[c][k]) for k in SQL_PARTS} for c in CLASSES}
             out["embed"] = stats(emb)
             out["hnsw"] = stats(hnsw)
             out["hnsw_large_user"] = stats(hnsw_large)
@@ -888,22 +982,26 @@ async def measure_size(
                 k: sum(d[k] for d in cpu) / wall for k in cpu[0] if k != "wall_s"
             }
 
-            # What-if: the same statement with other limits (not the service's settings),
+            # What-if: the same statements with other limits (not the service's settings),
             # to size what the text match cap and the exact/HNSW switch cost.
             variants = {
                 "service settings": limits,
                 "text_match_cap 200": dataclasses.replace(limits, text_match_cap=200),
                 "exact_below 250": dataclasses.replace(limits, exact_below=250),
             }
-            what_if: dict[str, dict[str, Any]] = {v: {c: [] for c in CLASSES} for v in variants}
+            what_if: dict[str, dict[str, dict[str, list[float]]]] = {
+                v: {c: {k: [] for k in SQL_PARTS} for c in CLASSES} for v in variants
+            }
             for i in order[: args.what_if]:
                 for cls in CLASSES:
                     for vname, lim in variants.items():
-                        what_if[vname][cls].append(await timed_sql(cls, i, lim))
+                        t_ms, v_ms = await timed_sql(cls, i, lim)
+                        for part, ms in zip(SQL_PARTS, (t_ms, v_ms, t_ms + v_ms), strict=True):
+                            what_if[vname][cls][part].append(ms)
             out["what_if"] = {
                 v: {
                     "limits": dataclasses.asdict(variants[v]),
-                    **{c: stats(what_if[v][c]) for c in CLASSES},
+                    **{c: {k: stats(what_if[v][c][k]) for k in SQL_PARTS} for c in CLASSES},
                 }
                 for v in variants
             }
@@ -948,53 +1046,70 @@ async def measure_size(
                 f"{out['concurrent']['p50']:.1f} ms, p95 {out['concurrent']['p95']:.1f} ms"
             )
 
-            # Plans: the generic plans the service runs, captured with auto_explain in a
-            # session of the app's engine (same settings), for a sample of each class.
+            # Plans: the generic plans the service runs, captured with auto_explain on a
+            # dedicated connection with the search pool's settings, for a sample of each
+            # class; both statements of each search.
             plans: dict[str, list[dict[str, Any]]] = {c: [] for c in CLASSES}
-            texts: dict[str, str] = {}
-            for k in range(args.explain):
-                i = args.warmup + k
-                for cls in CLASSES:
-                    got, got_rows, session_settings = await explain_search(
-                        maker,
+            texts: dict[str, dict[str, str]] = {}
+            capture = await PlanCapture.open(engine, settings)
+            try:
+                out["session_settings"] = await capture.settings()
+
+                async def explained(cls: str, i: int, fmt: str) -> Any:
+                    return await capture.search(
                         DEFAULT_TENANT_ID,
                         questions[i],
                         qvecs[i].tolist(),
                         filt(cls, i),
                         limits,
-                        "json",
+                        fmt,
                     )
-                    out["session_settings"] = session_settings
-                    plans[cls].append(
-                        {
-                            "query": questions[i],
-                            "user_id": filt(cls, i).user_id,
-                            "rows": len(got_rows),
-                            "text_hits": sum(r.text_rank is not None for r in got_rows),
-                            "vector_hits": sum(r.vector_rank is not None for r in got_rows),
-                            **cte_times(got["doc"], DEFAULT_TENANT_ID),
-                            "duration_ms": got["duration_ms"],
-                        }
-                    )
-                    if k == 0 and args.show_plans:
-                        got, _, _ = await explain_search(
-                            maker,
-                            DEFAULT_TENANT_ID,
-                            questions[i],
-                            qvecs[i].tolist(),
-                            filt(cls, i),
-                            limits,
-                            "text",
+
+                # Warm-up, not kept: the connection's first statements prepare the plans
+                # and load the backend's caches (the pool's connections are warm).
+                for cls in CLASSES:
+                    await explained(cls, args.warmup, "json")
+                for k in range(args.explain):
+                    i = args.warmup + k
+                    for cls in CLASSES:
+                        got, text, got_rows = await explained(cls, i, "json")
+                        t_plan = text_plan(got["text"]["doc"], DEFAULT_TENANT_ID)
+                        v_plan = vector_plan(got["vector"]["doc"], DEFAULT_TENANT_ID)
+                        plans[cls].append(
+                            {
+                                "query": questions[i],
+                                "user_id": filt(cls, i).user_id,
+                                "small": text.small,
+                                "rows": len(got_rows),
+                                "text_hits": sum(r.text_rank is not None for r in got_rows),
+                                "vector_hits": sum(r.vector_rank is not None for r in got_rows),
+                                "text": {**t_plan, "duration_ms": got["text"]["duration_ms"]},
+                                "vector": {
+                                    **v_plan,
+                                    "duration_ms": got["vector"]["duration_ms"],
+                                },
+                                "generic": t_plan["generic"] and v_plan["generic"],
+                            }
                         )
-                        texts[cls] = got["text"]
+                        if k == 0 and args.show_plans:
+                            got, _, _ = await explained(cls, i, "text")
+                            texts[cls] = {st: got[st]["text"] for st in STATEMENTS}
+            finally:
+                await capture.close()
             kinds = sorted(
-                {"generic" if p["generic"] else "custom" for c in CLASSES for p in plans[c]}
+                {
+                    f"{st} {'generic' if p[st]['generic'] else 'custom'}"
+                    for c in CLASSES
+                    for p in plans[c]
+                    for st in STATEMENTS
+                }
             )
-            log(f"plans captured: {'/'.join(kinds)}")
+            log(f"plans captured: {', '.join(kinds)}")
             out["plans"] = plans
             out["plan_text"] = texts
     finally:
         await raw.close()
+        await reader.close()
         await engine.dispose()
         await asyncio.to_thread(cleanup.stop_server, proc)
     if profile_out is not None:
@@ -1040,13 +1155,18 @@ def start_server(
     return proc, log_path
 
 
-# Server-side hooks (bench/search_profile_server.py). They run one after the other in a
-# request and are subtracted from it to get the rest (encode runs inside embed, untagged).
-HOOKS = ("embed", "candidates", "pipeline", "commit")
+# Server-side hooks (bench/search_profile_server.py), per request: embed and text run side by
+# side (the text statement starts before the embedding), then vector and pipeline one after
+# the other (encode runs inside embed, untagged).
+HOOKS = ("embed", "text", "vector", "pipeline")
 
 
 def server_split(path: Path, windows: list[tuple[float, float]]) -> dict[str, Any]:
-    """Per class, medians of the server-side parts of each sequential request."""
+    """Per class, medians of the server-side parts of each sequential request: the hooks'
+    durations; text_wait, how long the request still waited for the text statement after
+    its vector was ready (the end of text less the end of embed, at least 0); and rest =
+    request - the critical path (the span from the first start to the last end of embed
+    and text, then vector and pipeline)."""
     try:
         records = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -1054,24 +1174,37 @@ def server_split(path: Path, windows: list[tuple[float, float]]) -> dict[str, An
     hooks = sorted((r for r in records if r[0] != "request"), key=lambda r: r[2])
     starts = [r[2] for r in hooks]
     out: dict[str, Any] = {}
+    keys = ("request", *HOOKS, "text_wait", "rest")
     for cls in CLASSES:
-        parts: dict[str, list[float]] = {k: [] for k in ("request", *HOOKS, "rest")}
+        parts: dict[str, list[float]] = {k: [] for k in keys}
         for kind, tag, wall, dur in records:
             if kind != "request" or tag != cls:
                 continue
             got = dict.fromkeys(HOOKS, 0.0)
+            # (start, end) of embed and of text, wall clock in seconds.
+            spans: dict[str, list[tuple[float, float]]] = {"embed": [], "text": []}
             lo = bisect.bisect_left(starts, wall)
             hi = bisect.bisect_right(starts, wall + dur)
             for h in hooks[lo:hi]:
                 if h[0] in got and h[1] == cls:
                     got[h[0]] += h[3]
+                    if h[0] in spans:
+                        spans[h[0]].append((h[2], h[2] + h[3]))
+            both = spans["embed"] + spans["text"]
+            overlap = max(e for _, e in both) - min(b for b, _ in both) if both else 0.0
+            text_wait = (
+                max(0.0, max(e for _, e in spans["text"]) - max(e for _, e in spans["embed"]))
+                if spans["embed"] and spans["text"]
+                else 0.0
+            )
             parts["request"].append(dur * 1000)
             for k, v in got.items():
                 parts[k].append(v * 1000)
-            parts["rest"].append((dur - sum(got.values())) * 1000)
+            parts["text_wait"].append(text_wait * 1000)
+            parts["rest"].append((dur - overlap - got["vector"] - got["pipeline"]) * 1000)
         out[cls] = {k: pct(v, 50) for k, v in parts.items()}
-        out[cls]["request_p95"] = pct(parts["request"], 95)
-        out[cls]["candidates_p95"] = pct(parts["candidates"], 95)
+        for k in ("request", "text", "text_wait", "vector"):
+            out[cls][f"{k}_p95"] = pct(parts[k], 95)
     enc = [
         r[3] * 1000 for r in hooks if r[0] == "encode" and any(a <= r[2] <= b for a, b in windows)
     ]
@@ -1083,22 +1216,27 @@ def server_split(path: Path, windows: list[tuple[float, float]]) -> dict[str, An
 
 
 def summarize_plans(plans: list[dict[str, Any]]) -> dict[str, Any]:
-    """Medians (and maxima) over the sampled queries of one class: the candidate statement's
+    """Medians (and maxima) over the sampled queries of one class: the text statement's
     per-CTE own times, grouped (small; stats = terms..rare_terms; matched; score =
-    postings..txt; vec; fetch = the final select, outside the CTEs), and its execution."""
+    postings..txt) and its execution; the vector statement's `vec` own time, fetch (the
+    rest of it: the text list unnested and the final select reading the rows of both
+    lists) and its execution."""
 
     def parts(p: dict[str, Any]) -> dict[str, float]:
-        def own(name: str) -> float:
-            return float(p["ctes"].get(name, {}).get("ms", 0.0))
+        t, v = p["text"], p["vector"]
+
+        def own(statement: dict[str, Any], name: str) -> float:
+            return float(statement["ctes"].get(name, {}).get("ms", 0.0))
 
         return {
-            "small": own("small"),
-            "stats": sum(own(n) for n in STATS_CTES),
-            "matched": own("matched"),
-            "score": sum(own(n) for n in SCORE_CTES),
-            "vec": own("vec"),
-            "fetch": p["outside_ctes_ms"],
-            "exec": p["execution_ms"],
+            "small": own(t, "small"),
+            "stats": sum(own(t, n) for n in STATS_CTES),
+            "matched": own(t, "matched"),
+            "score": sum(own(t, n) for n in SCORE_CTES),
+            "text exec": t["execution_ms"],
+            "vec": own(v, "vec"),
+            "fetch": max(0.0, v["execution_ms"] - own(v, "vec")),
+            "vector exec": v["execution_ms"],
         }
 
     each = [parts(p) for p in plans]
@@ -1106,11 +1244,19 @@ def summarize_plans(plans: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "median_ms": {n: statistics.median(e[n] for e in each) for n in names},
         "max_ms": {n: max(e[n] for e in each) for n in names},
-        "vec_paths": sorted({p["vec_path"] for p in plans}),
-        "text_paths": sorted({p["text_path"] for p in plans}),
-        "plan_kinds": "+".join(sorted({"generic" if p["generic"] else "custom" for p in plans})),
+        "vec_paths": sorted({p["vector"]["vec_path"] for p in plans}),
+        "text_paths": sorted({p["text"]["text_path"] for p in plans}),
+        "plan_kinds": "+".join(
+            sorted(
+                {
+                    "generic" if p[st]["generic"] else f"{st} custom"
+                    for p in plans
+                    for st in STATEMENTS
+                }
+            )
+        ),
         "matched_rows_median": statistics.median(
-            p["ctes"].get("matched", {}).get("rows", 0) for p in plans
+            p["text"]["ctes"].get("matched", {}).get("rows", 0) for p in plans
         ),
         "text_hits_median": statistics.median(p["text_hits"] for p in plans),
     }
@@ -1210,15 +1356,16 @@ def report(res: dict[str, Any]) -> str:
         for c in CLASSES:
             h, q = m["http"][c], m["sql"][c]
             ps = summarize_plans(m["plans"][c])
+            critical = max(m["embed"]["p50"], q["text"]["p50"]) + q["vector"]["p50"]
             rows.append(
                 [
                     f"{s['seed']['rows']:,}",
                     c.replace("_", " "),
                     f"{h['p50']:.1f}",
                     f"{h['p95']:.1f}",
-                    f"{q['p50']:.1f} / {q['p95']:.1f}",
-                    f"{ps['median_ms']['exec']:.1f}",
-                    f"{h['p50'] - m['embed']['p50'] - q['p50']:.1f}",
+                    *(f"{q[k]['p50']:.1f} / {q[k]['p95']:.1f}" for k in SQL_PARTS),
+                    f"{ps['median_ms']['text exec']:.1f} / {ps['median_ms']['vector exec']:.1f}",
+                    f"{h['p50'] - critical:.1f}",
                     f"{h['p50'] / floor:.2f}x",
                     f"{h['empty']}/{h['n']}",
                 ]
@@ -1230,9 +1377,11 @@ def report(res: dict[str, Any]) -> str:
                 "scope",
                 "HTTP p50",
                 "HTTP p95",
-                "candidate SQL p50/p95",
-                "exec (auto_explain)",
-                "HTTP - embed - candidate SQL",
+                "text SQL p50/p95",
+                "vector SQL p50/p95",
+                "text + vector p50/p95",
+                "exec text / vector (auto_explain)",
+                "HTTP - max(embed, text SQL) - vector SQL",
                 "p50 / floor",
                 "empty",
             ],
@@ -1240,18 +1389,25 @@ def report(res: dict[str, Any]) -> str:
         )
     )
     out.append(
-        "  ms. candidate SQL = SearchRepository.candidates on the app's engine in a "
-        "transaction (set_config + the one statement + building the rows), no embedding."
+        "  ms. text SQL = SearchRepository.text_matches, vector SQL = SearchRepository."
+        "candidates (building the rows), each one round trip on a SearchReader pool"
     )
     out.append(
-        "  exec = median executor time of the statement from auto_explain (timing overhead "
-        "included, no round trip or planning). The service embeds first, then runs the"
+        "  (the service's), timed from the bench one after the other, no embedding; text + "
+        "vector = their sum per query. exec = median executor time of each statement"
     )
     out.append(
-        "  statement, so a request costs ~embed + candidate SQL + rest; HTTP - embed - "
-        "candidate SQL = HTTP, validation, pipeline, commit, JSON, pool, client"
+        "  from auto_explain (timing overhead included, no round trip). The service starts "
+        "the text statement, embeds the query meanwhile, waits for both, then runs"
     )
-    out.append("  (p50s of separate runs, so a difference of medians; see the server-side split).")
+    out.append(
+        "  the vector statement, so a request costs ~max(embed, text SQL) + vector SQL + "
+        "rest; HTTP - max(embed, text SQL) - vector SQL = HTTP, validation, pipeline,"
+    )
+    out.append(
+        "  JSON, pool, client, and any cost of the overlap (p50s of separate runs, so a "
+        "difference of medians; see the server-side split)."
+    )
     out.append("")
 
     if any("server" in s["measure"] for s in res["sizes"]):
@@ -1272,9 +1428,10 @@ def report(res: dict[str, Any]) -> str:
                         f"{x['request']:.1f} / {x['request_p95']:.1f}",
                         f"{x['embed']:.1f}",
                         f"{sv['encode']['p50']:.1f}",
-                        f"{x['candidates']:.1f} / {x['candidates_p95']:.1f}",
+                        f"{x['text']:.1f} / {x['text_p95']:.1f}",
+                        f"{x['text_wait']:.2f} / {x['text_wait_p95']:.2f}",
+                        f"{x['vector']:.1f} / {x['vector_p95']:.1f}",
                         f"{x['pipeline']:.2f}",
-                        f"{x['commit']:.2f}",
                         f"{x['rest']:.1f}",
                         f"{h['p50'] - x['request']:.1f}",
                     ]
@@ -1288,10 +1445,11 @@ def report(res: dict[str, Any]) -> str:
                     "server p50/p95",
                     "embed wait",
                     "model forward",
-                    "candidate SQL p50/p95",
+                    "text SQL p50/p95 (overlaps embed)",
+                    "text wait after embed p50/p95",
+                    "vector SQL p50/p95",
                     "pipeline",
-                    "commit",
-                    "rest (validation, session, JSON)",
+                    "rest (validation, JSON)",
                     "client - server",
                 ],
                 rows,
@@ -1302,12 +1460,23 @@ def report(res: dict[str, Any]) -> str:
             "embed wait includes it plus the batcher and thread hand-off."
         )
         out.append(
-            "  candidate SQL = SearchRepository.candidates (after the embedding). "
-            "rest = request - embed wait - candidate SQL - pipeline - commit."
+            "  text SQL = SearchRepository.text_matches, started before the embedding and "
+            "run while it is computed; text wait after embed = how long the request"
+        )
+        out.append(
+            "  still waited for it once its vector was ready. vector SQL = SearchRepository."
+            "candidates (after the embedding). No commit: a search has no session."
+        )
+        out.append(
+            "  rest = request - (first start to last end of embed and text) - vector SQL - "
+            "pipeline."
         )
         out.append("")
 
-    out.append("What-if: candidate SQL p50 / p95 ms with other limits, same queries")
+    out.append(
+        "What-if: text + vector SQL p50 / p95 ms (text p50 + vector p50) with other limits, "
+        "same queries"
+    )
     rows = []
     for s in res["sizes"]:
         for vname, v in s["measure"]["what_if"].items():
@@ -1315,7 +1484,11 @@ def report(res: dict[str, Any]) -> str:
                 [
                     f"{s['seed']['rows']:,}",
                     vname,
-                    *(f"{v[c]['p50']:.1f} / {v[c]['p95']:.1f}" for c in CLASSES),
+                    *(
+                        f"{v[c]['sum']['p50']:.1f} / {v[c]['sum']['p95']:.1f} "
+                        f"({v[c]['text']['p50']:.1f} + {v[c]['vector']['p50']:.1f})"
+                        for c in CLASSES
+                    ),
                 ]
             )
     out.append(table(["rows", "limits", *(c.replace("_", " ") for c in CLASSES)], rows))
@@ -1331,8 +1504,8 @@ def report(res: dict[str, Any]) -> str:
     out.append("")
 
     out.append(
-        "Candidate statement plans: the plan the service runs, from auto_explain (ANALYZE), "
-        "medians in ms (max in brackets)"
+        "Candidate statement plans: the plans the service runs (text and vector statements), "
+        "from auto_explain (ANALYZE), medians in ms (max in brackets)"
     )
     rows = []
     for s in res["sizes"]:
@@ -1346,10 +1519,7 @@ def report(res: dict[str, Any]) -> str:
                     c.replace("_", " "),
                     ", ".join(ps["vec_paths"]),
                     ", ".join(ps["text_paths"]),
-                    *(
-                        f"{md[n]:.2f} ({mx[n]:.1f})"
-                        for n in ("small", "stats", "matched", "score", "vec", "fetch", "exec")
-                    ),
+                    *(f"{md[n]:.2f} ({mx[n]:.1f})" for n in md),
                     f"{ps['matched_rows_median']:,.0f}",
                     f"{ps['text_hits_median']:,.0f}",
                     ps["plan_kinds"],
@@ -1367,9 +1537,10 @@ def report(res: dict[str, Any]) -> str:
                 "stats",
                 "matched",
                 "score",
+                "text exec",
                 "vec",
                 "fetch",
-                "exec",
+                "vector exec",
                 "matched rows",
                 "text hits",
                 "plan",
@@ -1379,24 +1550,28 @@ def report(res: dict[str, Any]) -> str:
         )
     )
     out.append(
-        "  Own times (a CTE less the CTEs it reads first): small = the scope-size probe, "
-        "stats = terms, query, tenant_stats, rare_terms (term_stats lookups, tsqueries),"
+        "  Own times (a CTE less the CTEs it reads first). Text statement: small = the "
+        "scope-size probe, stats = terms, query, tenant_stats, rare_terms (term_stats"
     )
     out.append(
-        "  matched = finding the rows holding query terms, score = postings, collection, "
-        "idf, bm25 and txt (BM25 and the text top list), vec = the exact or HNSW branch"
+        "  lookups, tsqueries), matched = finding the rows holding query terms, score = "
+        "postings, collection, idf, bm25 and txt (BM25 and the text top list). Vector"
     )
     out.append(
-        "  that ran, fetch = the final select (the rows of both lists); exec = the "
-        "statement's executor time. vector path: the vec branch whose one-time-filtered"
+        "  statement: vec = the exact or HNSW branch that ran, fetch = the rest (the text "
+        "list unnested, the final select reading the rows of both lists). exec = each"
     )
     out.append(
-        f"  Result produced rows (HNSW only if {HNSW_INDEX} returned rows); text match path: "
-        "the matched branch that ran (small/large scope) and its indexes."
+        "  statement's executor time. vector path: the vec branch whose Result, gated on "
+        "the `small` parameter ($n exact, NOT $n HNSW), produced rows (HNSW only if"
     )
     out.append(
-        "  text hits = rows with a text rank. plan: generic or custom (a custom plan holds "
-        "the parameter values)."
+        f"  {HNSW_INDEX} returned rows); text match path: the matched branch that ran "
+        "(small/large scope) and its indexes."
+    )
+    out.append(
+        "  text hits = rows with a text rank. plan: generic or custom (a generic plan holds "
+        "$n parameters, a custom one their values), for both statements."
     )
     out.append("")
 
@@ -1453,13 +1628,14 @@ def report(res: dict[str, Any]) -> str:
         for c in CLASSES:
             p0 = s["measure"]["plans"][c][0]
             who = f", user {p0['user_id']}" if p0["user_id"] else ""
-            kind = "generic" if p0["generic"] else "custom"
-            out.append(
-                f"auto_explain (ANALYZE, BUFFERS), {kind} plan, {s['seed']['rows']:,} rows, "
-                f"{c}{who}, candidate statement: {p0['query']!r}"
-            )
-            out.append(s["measure"]["plan_text"][c])
-            out.append("")
+            for st in STATEMENTS:
+                kind = "generic" if p0[st]["generic"] else "custom"
+                out.append(
+                    f"auto_explain (ANALYZE, BUFFERS), {kind} plan, {s['seed']['rows']:,} rows, "
+                    f"{c}{who}, {st} statement: {p0['query']!r}"
+                )
+                out.append(s["measure"]["plan_text"][c][st])
+                out.append("")
 
     out.append("Goal check (p50 <= 1.5 x floor; p95 < 50 ms at 100k)")
     for g in res["goal"]:
@@ -1608,12 +1784,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--profile",
         action="store_true",
         help="run the service under bench/search_profile_server.py (server-side split: "
-        "embed wait, model, candidate SQL, pipeline, commit, rest)",
+        "embed wait, model, text SQL overlapping it, vector SQL, pipeline, rest)",
     )
     p.add_argument(
         "--show-plans",
         action="store_true",
-        help="print the candidate statement's generic plan (auto_explain, ANALYZE) of one "
+        help="print the candidate statements' generic plans (auto_explain, ANALYZE) of one "
         "query per class (last size)",
     )
     p.add_argument("--maintenance-work-mem", default="2GB")

@@ -10,14 +10,18 @@ but wraps, at import time:
   micro-batcher's queue and the hand-off to the embedder thread),
 * `LocalEmbedder._encode`: the model's forward pass alone, on the embedder thread (untagged:
   a batch can serve several requests),
-* `SearchRepository.candidates`: the candidate SQL after the embedding -- the set_config of
-  its transaction-local settings and the one candidate statement, with its round trips --
+* `SearchRepository.text_matches`: the full-text statement (one round trip on the search's
+  asyncpg pool), which the service starts before embedding the query, so it overlaps the
+  embedding; its end against the end of `embed` says how long a request waited for it
+  after its vector was ready,
+* `SearchRepository.candidates`: the vector statement after the embedding (one round trip)
   plus building the RetrievedRows,
-* `SearchPipeline.run`: the pure stages (fusion, scoring, down-weight, cut),
-* `AsyncSession.commit`: the request's COMMIT.
+* `SearchPipeline.run`: the pure stages (fusion, scoring, down-weight, cut).
 
-The service runs embed, candidates, pipeline and commit one after the other; the benchmark
-subtracts them from the request to get the rest (`encode` runs inside `embed`). Each call
+A search has no request session and no COMMIT any more (app/search/reader.py). The
+service runs embed and text_matches side by side, then candidates and the pipeline one
+after the other; the benchmark subtracts the critical path (the embed/text span, vector,
+pipeline) from the request to get the rest (`encode` runs inside `embed`). Each call
 costs two clock reads and one list append. On exit (SIGINT/SIGTERM make uvicorn shut down
 cleanly) the records are written as JSON to `$ENGRAM_BENCH_PROFILE_OUT`.
 """
@@ -60,8 +64,6 @@ def _wrap_sync(kind: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def install() -> None:
-    from sqlalchemy.ext.asyncio import AsyncSession
-
     import app.main
     from app.providers.local_embedder import LocalEmbedder
     from app.search.pipeline import SearchPipeline
@@ -70,9 +72,10 @@ def install() -> None:
     hooks: list[tuple[Any, str, Any]] = [
         (LocalEmbedder, "embed", _wrap_async("embed", LocalEmbedder.embed)),
         (LocalEmbedder, "_encode", _wrap_sync("encode", LocalEmbedder._encode)),
-        (SearchRepository, "candidates", _wrap_async("candidates", SearchRepository.candidates)),
+        # The text task copies the request's context, so its record carries the tag too.
+        (SearchRepository, "text_matches", _wrap_async("text", SearchRepository.text_matches)),
+        (SearchRepository, "candidates", _wrap_async("vector", SearchRepository.candidates)),
         (SearchPipeline, "run", _wrap_sync("pipeline", SearchPipeline.run)),
-        (AsyncSession, "commit", _wrap_async("commit", AsyncSession.commit)),
     ]
     for target, name, wrapped in hooks:
         setattr(target, name, wrapped)

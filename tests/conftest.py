@@ -10,6 +10,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -54,8 +55,28 @@ async def resources(settings: Settings, database_url: str) -> AsyncIterator[Reso
     engine = create_engine(database_url, settings)
     await upgrade_to_head(engine)
     res = Resources(settings, engine, create_sessionmaker(engine), HashEmbedder(384))
+    # Opened here so that copies made with dataclasses.replace share it.
+    await res.search_reader()
     yield res
-    await engine.dispose()
+    await res.close()
+
+
+@pytest.fixture
+async def search_statements(
+    resources: Resources, monkeypatch: pytest.MonkeyPatch,
+) -> list[tuple[str, tuple[Any, ...]]]:
+    """Every statement the search's pool runs while the test runs, with its arguments
+    (copies of `resources` made with dataclasses.replace share the pool)."""
+    reader = await resources.search_reader()
+    seen: list[tuple[str, tuple[Any, ...]]] = []
+    fetch = reader.fetch
+
+    async def recording(query: str, *args: Any) -> Any:
+        seen.append((query, args))
+        return await fetch(query, *args)
+
+    monkeypatch.setattr(reader, "fetch", recording)
+    return seen
 
 
 @dataclass

@@ -1,37 +1,42 @@
-"""Candidate retrieval: BM25 full-text matches and nearest neighbours in one SQL round trip.
+"""Candidate retrieval: BM25 full-text matches and nearest neighbours, in two statements.
 
-The statement has two halves that share one filter (tenant, scope, tags, categories,
-not archived, not expired):
+Both share one filter (tenant, scope, tags, categories, not archived, not expired):
 
-- Text: Okapi BM25. A scope under `exact_below` rows is scored with its own statistics,
-  counted on it (every row of it holding a query term is read, no index needed); a
-  larger one with the tenant's, from `term_stats` (kept by triggers), so no query counts
-  thousands of matches. There at most `text_match_cap` rows are scored, found on the GIN
-  index through the query's rarest terms, so a query of common words cannot make the
-  tail grow with the table.
-- Vector: a small scope is ranked by exact cosine distance over the btree on the scope
-  (`+ 0` keeps the planner off the HNSW index, which returns too few rows for a small
-  scope); a larger one goes through HNSW with pgvector's iterative scan. The choice is
-  an uncorrelated one-time filter on the `small` probe, so only one branch runs.
+- Text (`text_matches`): Okapi BM25. A scope under `exact_below` rows is scored with its
+  own statistics, counted on it (every row of it holding a query term is read, no index
+  needed); a larger one with the tenant's, from `term_stats` (kept by triggers), so no
+  query counts thousands of matches. There at most `text_match_cap` rows are scored,
+  found on the GIN index through the query's rarest terms, so a query of common words
+  cannot make the tail grow with the table.
+- Vector (`candidates`): a small scope is ranked by exact cosine distance over the btree
+  on the scope (`+ 0` keeps the planner off the HNSW index, which returns too few rows
+  for a small scope); a larger one goes through HNSW with pgvector's iterative scan. The
+  choice is a one-time filter on the text statement's `small` probe, so only one branch
+  runs. The same statement reads the rows of both lists.
 
-The statement runs with a generic plan, planned once per connection (planning it took
-~2-3 ms): every branch is written so that it has one possible plan whatever the scope's
-size (see `_where`).
+The text statement needs no query vector, so the service runs it while the query is
+embedded: a search waits for one round trip after the embedding, as with a single
+statement, and the full-text work (most of the SQL in a large scope) is off its path.
+
+Both run with generic plans, planned once per connection (planning the single statement
+they replaced took ~2-3 ms): every branch is written so that it has one possible plan
+whatever the scope's size (see `_where`). They run on the search's own asyncpg pool
+(app/search/reader.py), whose connections are set up for that.
 """
 
 from __future__ import annotations
 
 import functools
+import json
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import TextClause, text
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from app.memories.schemas import Memory
+from app.search.reader import Fetcher
 
 
 @dataclass(frozen=True)
@@ -62,9 +67,20 @@ class RetrievalLimits:
 
 
 @dataclass(frozen=True, slots=True)
+class TextMatches:
+    """The full-text list (ids best first, their BM25 scores) and whether the scope was
+    small enough for the exact branches."""
+
+    small: bool
+    ids: tuple[uuid.UUID, ...] = ()
+    scores: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class RetrievedRow:
     """A candidate row. The Memory model is built on demand (`memory()`): validating all
-    ~150 candidates took ~2.5 ms, and only the `top_k` that survive the pipeline need it."""
+    ~120 candidates took ~2.5 ms, and only the `top_k` that survive the pipeline need it.
+    For the same reason `metadata` stays JSON text until then."""
 
     memory_id: uuid.UUID
     importance: float
@@ -77,10 +93,13 @@ class RetrievedRow:
     text_score: float | None
 
     def memory(self) -> Memory:
-        return Memory.model_validate(self.record)
+        record = dict(self.record)
+        if isinstance(record["metadata"], str):
+            record["metadata"] = json.loads(record["metadata"])
+        return Memory.model_validate(record)
 
 
-_SQL = """
+_TEXT_SQL = """
 WITH
 {small},
 terms AS MATERIALIZED (
@@ -170,24 +189,35 @@ bm25 AS (
     GROUP BY p.id
 ),
 txt AS MATERIALIZED (
-    SELECT id, score, row_number() OVER (ORDER BY score DESC, id) AS rank
-    FROM bm25
-    ORDER BY score DESC, id
-    LIMIT {kt}
+    SELECT id, score FROM bm25 ORDER BY score DESC, id LIMIT {kt}
+)
+SELECT (SELECT yes FROM small) AS small,
+       coalesce((SELECT array_agg(id ORDER BY score DESC, id) FROM txt), '{{}}') AS ids,
+       coalesce((SELECT array_agg(score ORDER BY score DESC, id) FROM txt), '{{}}') AS scores
+"""
+
+# The text list comes back in as arrays (its rank is the position); `small` is the text
+# statement's probe, so the vector half takes the same branch without probing again.
+_VECTOR_SQL = """
+WITH
+txt AS MATERIALIZED (
+    SELECT t.id, t.score, t.rank
+    FROM unnest(CAST(:text_ids AS uuid[]), CAST(:text_scores AS float8[]))
+         WITH ORDINALITY AS t(id, score, rank)
 ),
 -- The vector half. In a large scope every filter is unindexed (see `_where`), so the only
 -- plan is the HNSW scan, in a generic plan too.
 vec_exact AS (
     SELECT m.id, m.embedding <=> CAST(:q AS halfvec(384)) AS dist
     FROM memories m
-    WHERE {where} AND (SELECT yes FROM small)
+    WHERE {where} AND CAST(:small AS boolean)
     ORDER BY (m.embedding <=> CAST(:q AS halfvec(384))) + 0
     LIMIT {kv}
 ),
 vec_ann AS (
     SELECT m.id, m.embedding <=> CAST(:q AS halfvec(384)) AS dist
     FROM memories m
-    WHERE {where_unindexed} AND NOT (SELECT yes FROM small)
+    WHERE {where_unindexed} AND NOT CAST(:small AS boolean)
     ORDER BY m.embedding <=> CAST(:q AS halfvec(384))
     LIMIT {kv}
 ),
@@ -195,12 +225,15 @@ vec AS MATERIALIZED (
     SELECT id, dist, row_number() OVER (ORDER BY dist, id) AS rank
     FROM (SELECT * FROM vec_exact UNION ALL SELECT * FROM vec_ann) v
 )
+-- A FULL JOIN can only be hashed or merged: the planner, which guesses 10 rows for the
+-- unnested text list, otherwise joined it in a nested loop (12,000 comparisons, ~2 ms).
 SELECT {columns}, vec.rank AS vector_rank, 1 - vec.dist AS vector_similarity,
        txt.rank AS text_rank, txt.score AS text_score
-FROM (SELECT id FROM vec UNION SELECT id FROM txt) ids
-JOIN memories m ON m.tenant_id = :tenant_id AND m.id = ids.id
-LEFT JOIN vec ON vec.id = ids.id
-LEFT JOIN txt ON txt.id = ids.id
+FROM vec FULL JOIN txt ON txt.id = vec.id
+-- The filter again, for the text list's rows: the text statement ran in an earlier
+-- snapshot, and a row may have been archived, expired or moved since.
+JOIN memories m
+  ON m.tenant_id = :tenant_id AND m.id = coalesce(vec.id, txt.id) AND {where_unindexed}
 """
 
 # Also N and the average length, used as BM25's statistics when the set is small.
@@ -217,15 +250,6 @@ _SMALL_FROM_STATS = """small AS MATERIALIZED (
     FROM term_stats WHERE tenant_id = :tenant_id AND lexeme = ''
 )"""
 
-# For the search transaction only (set_config(..., true)). Parallel workers are off as
-# well: the planner costed a gated branch as a parallel scan, and starting the workers
-# took ~6 ms even when the branch never ran.
-_SEARCH_SETTINGS = text(
-    "SELECT set_config('plan_cache_mode', 'force_generic_plan', true), "
-    "set_config('max_parallel_workers_per_gather', '0', true)"
-)
-
-
 _MEMORY_COLUMNS = (
     "id, content, user_id, agent_id, session_id, namespace, category, tags, importance, "
     "metadata, source, fact_role, summary_of, created_at, updated_at, expires_at, "
@@ -238,16 +262,27 @@ _ID, _IMPORTANCE, _CREATED_AT, _FACT_ROLE = (
 )
 
 
+_NAMED_PARAMETER = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
+
+
 @functools.lru_cache(maxsize=256)
-def _statement(sql: str) -> TextClause:
-    # Parsing the ~6 KB statement for its bind parameters took ~0.5 ms a search; the
-    # texts are few (one per filter combination and limits).
-    return text(sql)
+def _positional(sql: str) -> tuple[str, tuple[str, ...]]:
+    """`:name` parameters -> asyncpg's `$n`, and the names in order. Cached: the texts
+    are few (one per filter combination and limits), the statement ~6 KB."""
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in names:
+            names.append(name)
+        return f"${names.index(name) + 1}"
+
+    return _NAMED_PARAMETER.sub(number, sql), tuple(names)
 
 
 class SearchRepository:
-    def __init__(self, session: AsyncSession, tenant_id: uuid.UUID) -> None:
-        self.session = session
+    def __init__(self, db: Fetcher, tenant_id: uuid.UUID) -> None:
+        self.db = db
         self.tenant_id = tenant_id
 
     def _where(self, filters: SearchFilter, params: dict[str, Any], *, indexed: bool) -> str:
@@ -291,32 +326,49 @@ class SearchRepository:
                 "exact_below": int(limits.exact_below),
                 "text_match_cap": int(limits.text_match_cap)}
 
-    async def candidates(
-        self,
-        query_text: str,
-        query_vector: Sequence[float],
-        filters: SearchFilter,
-        limits: RetrievalLimits,
-        top_k: int = 0,
-    ) -> list[RetrievedRow]:
+    async def _fetch(self, template: str, filters: SearchFilter, params: dict[str, Any],
+                     sizes: dict[str, int]) -> Sequence[Sequence[Any]]:
+        where = self._where(filters, params, indexed=True)
+        small = (_SMALL_COUNTED if filters.narrows() else _SMALL_FROM_STATS).format(
+            where=where, **sizes)
+        sql = template.format(small=small, where=where, **sizes, columns=_COLUMNS,
+                              where_unindexed=self._where(filters, params, indexed=False))
+        statement, names = _positional(sql)
+        return await self.db.fetch(statement, *(params[name] for name in names))
+
+    async def text_matches(self, query_text: str, filters: SearchFilter,
+                           limits: RetrievalLimits) -> TextMatches:
+        """The BM25 list, best first. It needs no query vector, so it can run while the
+        query is being embedded."""
         params: dict[str, Any] = {
             "tenant_id": self.tenant_id,
-            "q": "[" + ",".join(f"{x:.6f}" for x in query_vector) + "]",
             "qtext": query_text,
             "text_max_df": limits.text_max_df,
             "k1": limits.bm25_k1,
             "b": limits.bm25_b,
         }
-        sizes = self._sizes(limits, top_k)
-        where = self._where(filters, params, indexed=True)
-        small = (_SMALL_COUNTED if filters.narrows() else _SMALL_FROM_STATS).format(
-            where=where, **sizes)
-        sql = _SQL.format(small=small, where=where, **sizes, columns=_COLUMNS,
-                          where_unindexed=self._where(filters, params, indexed=False))
-        await self.session.execute(_SEARCH_SETTINGS)
-        result = await self.session.execute(_statement(sql), params)
-        # Plain tuples, positions as in _SQL: reading ~120 rows by name through RowMapping
-        # took ~2-3 ms of a search.
+        ((small, ids, scores),) = await self._fetch(_TEXT_SQL, filters, params,
+                                                    self._sizes(limits, 0))
+        return TextMatches(small=small, ids=tuple(ids), scores=tuple(scores))
+
+    async def candidates(
+        self,
+        text: TextMatches,
+        query_vector: Sequence[float],
+        filters: SearchFilter,
+        limits: RetrievalLimits,
+        top_k: int = 0,
+    ) -> list[RetrievedRow]:
+        """The vector list, and the rows of both lists with their ranks and scores."""
+        params: dict[str, Any] = {
+            "tenant_id": self.tenant_id,
+            "q": "[" + ",".join(f"{x:.6f}" for x in query_vector) + "]",
+            "small": text.small,
+            "text_ids": list(text.ids),
+            "text_scores": list(text.scores),
+        }
+        result = await self._fetch(_VECTOR_SQL, filters, params, self._sizes(limits, top_k))
+        # By position, as in _VECTOR_SQL.
         n = len(_MEMORY_KEYS)
         return [
             RetrievedRow(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from app.deps import CallerDep, SessionDep, problems
+from app.deps import CallerDep, problems
 from app.search.repository import SearchRepository
 from app.search.schemas import SearchRequest, SearchResponse
 from app.search.service import SearchService
@@ -14,11 +14,12 @@ router = APIRouter(prefix="/v1", tags=["search"])
 
 @router.post("/search", operation_id="searchMemories", summary="Search memories",
              response_model=SearchResponse, responses=problems(502))
-async def search_memories(body: SearchRequest, request: Request, session: SessionDep,
+async def search_memories(body: SearchRequest, request: Request,
                           caller: CallerDep) -> SearchResponse:
+    # No request session: a search only reads, on the search's own pool.
     resources = request.app.state.resources
     service = SearchService(
-        repository=SearchRepository(session, caller.tenant_id),
+        repository=SearchRepository(await resources.search_reader(), caller.tenant_id),
         embedder=resources.embedder,
         pipeline=resources.search_pipeline,
         limits=resources.search_limits,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import cast
+from typing import Protocol, cast
 
 from app.providers.embedder import Embedder
 from app.search.pipeline import SearchPipeline
@@ -12,16 +14,27 @@ from app.search.repository import (
     RetrievalLimits,
     RetrievedRow,
     SearchFilter,
-    SearchRepository,
+    TextMatches,
 )
 from app.search.schemas import SearchRequest, SearchResponse, SearchResult
 from app.search.stages.query_style import analyze_query
 from app.search.types import Candidate, SearchContext
 
 
+class CandidateSource(Protocol):
+    """Candidate retrieval in two steps (app/search/repository.py)."""
+
+    async def text_matches(self, query_text: str, filters: SearchFilter,
+                           limits: RetrievalLimits) -> TextMatches: ...
+
+    async def candidates(self, text: TextMatches, query_vector: Sequence[float],
+                         filters: SearchFilter, limits: RetrievalLimits,
+                         top_k: int = 0) -> list[RetrievedRow]: ...
+
+
 @dataclass(frozen=True)
 class SearchService:
-    repository: SearchRepository
+    repository: CandidateSource
     embedder: Embedder
     pipeline: SearchPipeline
     limits: RetrievalLimits
@@ -33,10 +46,18 @@ class SearchService:
             tags=request.tags, categories=request.categories,
             include_summaries=request.include_summaries,
         )
-        # Embedded before the first statement, so no connection waits on the model.
-        (vector,) = await self.embedder.embed([request.query])
+        # The full-text statement runs while the query is embedded: it needs no vector.
+        text_task = asyncio.ensure_future(
+            self.repository.text_matches(request.query, filters, self.limits))
+        try:
+            (vector,) = await self.embedder.embed([request.query])
+        except BaseException:
+            text_task.cancel()
+            await asyncio.gather(text_task, return_exceptions=True)
+            raise
+        text = await text_task
         analysis = analyze_query(request.query, tuple(vector))
-        rows = await self.repository.candidates(request.query, vector, filters, self.limits,
+        rows = await self.repository.candidates(text, vector, filters, self.limits,
                                                 request.top_k)
         candidates = tuple(
             Candidate(

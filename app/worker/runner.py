@@ -28,6 +28,7 @@ from pgqueuer.domain.models import Job
 from pgqueuer.domain.types import Channel
 from pgqueuer.qm import QueueManager
 
+from app.db import asyncpg_dsn
 from app.worker.queue import QUEUE_SETTINGS, queue_queries
 from app.worker.registry import JobContext, JobRegistry, JobSpec, RetryLater
 
@@ -35,12 +36,6 @@ if TYPE_CHECKING:
     from app.resources import Resources
 
 log = logging.getLogger("engram.worker")
-
-
-def plain_dsn(resources: Resources) -> str:
-    """The engine's URL as libpq/asyncpg spell it."""
-    url = resources.engine.url.set(drivername="postgresql")
-    return url.render_as_string(hide_password=False)
 
 
 class Worker:
@@ -64,7 +59,8 @@ class Worker:
 
     async def start(self) -> None:
         self._connection = await asyncpg.connect(
-            plain_dsn(self.resources), server_settings={"application_name": "engram-worker"}
+            asyncpg_dsn(self.resources.engine),
+            server_settings={"application_name": "engram-worker"},
         )
         manager = QueueManager(
             queue_queries(AsyncpgDriver(self._connection)),

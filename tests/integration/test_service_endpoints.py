@@ -194,9 +194,11 @@ SOME_ID = "0190b2a4-1c2d-7000-8000-000000000001"
         ("GET", f"/v1/memories/{SOME_ID}", None, {}),
         ("PATCH", f"/v1/memories/{SOME_ID}", {"content": "y"}, {}),
         ("DELETE", f"/v1/memories/{SOME_ID}", None, {}),
+        ("POST", "/v1/search", {"query": "x"}, {}),
         ("GET", "/readyz", None, {}),
     ],
-    ids=["create", "create-idempotent", "batch", "list", "get", "patch", "delete", "readyz"],
+    ids=["create", "create-idempotent", "batch", "list", "get", "patch", "delete", "search",
+         "readyz"],
 )
 async def test_database_unreachable_is_503_problem_without_a_stack_trace(
     down_client: httpx.AsyncClient, method: str, path: str, payload: dict | None,

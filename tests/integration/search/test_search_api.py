@@ -5,19 +5,24 @@ vector paths (exact scan for a small scope, HNSW iterative scan for a large one)
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import text
 
+from app.db import asyncpg_dsn
 from app.ids import uuid7
 from app.resources import Resources
+from app.search.reader import search_server_settings
 from tests.conftest import TenantKey, create_tenant_key, make_client
 
 PROBLEM_JSON = "application/problem+json"
@@ -114,7 +119,7 @@ def assert_validation_problem(resp: httpx.Response, field: str) -> None:
 def hnsw_resources(resources: Resources) -> Resources:
     """The suite's resources with every scope of SMALL_EXACT_BELOW rows or more on HNSW."""
     settings = resources.settings.model_copy(update={"search_exact_below": SMALL_EXACT_BELOW})
-    return Resources(settings, resources.engine, resources.sessionmaker, resources.embedder)
+    return replace(resources, settings=settings)
 
 
 @pytest.fixture(params=["exact", "hnsw"])
@@ -128,23 +133,6 @@ async def any_client(request: pytest.FixtureRequest, resources: Resources,
         yield c
 
 
-@pytest.fixture
-def captured_sql(resources: Resources) -> Iterator[list[tuple[str, Any]]]:
-    """Every statement the engine sends while the test runs, with its parameters."""
-    seen: list[tuple[str, Any]] = []
-
-    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any,
-                executemany: bool) -> None:
-        seen.append((statement, parameters))
-
-    sync_engine = resources.engine.sync_engine
-    event.listen(sync_engine, "before_cursor_execute", capture)
-    try:
-        yield seen
-    finally:
-        event.remove(sync_engine, "before_cursor_execute", capture)
-
-
 def plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
     yield node
     for child in node.get("Plans", []):
@@ -152,24 +140,37 @@ def plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 
 async def vector_branch_rows(resources: Resources, statement: str,
-                             parameters: Any) -> dict[str, int]:
-    """Rows each vector branch produced when `statement` runs again under EXPLAIN ANALYZE.
+                             args: tuple[Any, ...]) -> dict[str, int]:
+    """Rows each vector branch produced when `statement` runs again, with auto_explain's
+    ANALYZE plan, on a connection set up as the search's pool sets up its own: so with
+    the generic plan the service runs (EXPLAIN of the statement would plan it for the
+    given values).
 
     The two branches, inside the `vec` CTE, are gated by one-time filters on the `small`
-    CTE: the exact scan on `(InitPlan n)`, the approximate one on `(NOT (InitPlan n))`.
-    `hnsw_index` counts rows out of the HNSW index itself.
+    parameter: the exact scan on `$n`, the approximate one on `(NOT $n)`. `hnsw_index`
+    counts rows out of the HNSW index itself.
     """
-    async with resources.engine.connect() as conn:
-        raw = (await conn.exec_driver_sql(
-            "EXPLAIN (ANALYZE, FORMAT JSON) " + statement, parameters
-        )).scalar_one()
-    plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+    conn = await asyncpg.connect(asyncpg_dsn(resources.engine),
+                                 server_settings=search_server_settings(resources.settings))
+    logged: list[str] = []
+    conn.add_log_listener(lambda _conn, message: logged.append(message.message))
+    try:
+        await conn.execute(
+            "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; "
+            "SET auto_explain.log_analyze = on; SET auto_explain.log_format = json; "
+            "SET auto_explain.log_level = notice; SET client_min_messages = notice")
+        await conn.fetch(statement, *args)
+        await asyncio.sleep(0.05)  # log listeners are called soon, not at once
+    finally:
+        await conn.close()
+    [raw] = [m for m in logged if "vec_ann" in m]
+    plan = json.loads(raw[raw.index("{"):])["Plan"]
     rows = {"exact": 0, "ann": 0, "hnsw_index": 0}
     [vec] = [n for n in plan_nodes(plan) if n.get("Subplan Name") == "CTE vec"]
     for node in plan_nodes(vec):
         produced = int(node.get("Actual Rows", 0) * node.get("Actual Loops", 0))
         gate = node.get("One-Time Filter", "")
-        if "InitPlan" in gate:
+        if "$" in gate:
             rows["ann" if gate.startswith("(NOT") else "exact"] += produced
         if node.get("Index Name") == HNSW_INDEX:
             rows["hnsw_index"] += produced
@@ -203,6 +204,24 @@ async def test_results_are_ordered_by_score_and_carry_no_explanation_by_default(
         "Alice adopted a grey cat named Miso", "Alice's cat Miso likes tuna"}
     first = answer["results"][0]["memory"]
     assert set(first) >= {"id", "content", "fact_role", "created_at", "summary_of"}
+
+
+async def test_a_result_is_the_memory_as_stored(client: httpx.AsyncClient) -> None:
+    """Every field comes back as GET answers it: metadata (JSON text until the result is
+    built), tags, scope, timestamps."""
+    [stored] = await seed(client, [{
+        "content": "Alice's cat Miso likes tuna", "user_id": "alice", "agent_id": "planner",
+        "session_id": "s-1", "namespace": "pets", "category": "preference",
+        "tags": ["cat", "food"], "importance": 0.8,
+        "metadata": {"source": {"app": "chat", "turn": 7}, "langs": ["en", "pt"], "ok": True},
+        "expires_at": (datetime.now(UTC) + timedelta(days=30)).isoformat(),
+    }])
+
+    answer = await search(client, "what does the cat like", user_id="alice")
+
+    [result] = answer["results"]
+    got = await client.get(f"/v1/memories/{stored['id']}")
+    assert result["memory"] == got.json() == stored
 
 
 @pytest.mark.parametrize(("query", "style"), [
@@ -673,7 +692,7 @@ async def test_search_requires_a_key(anon_client: httpx.AsyncClient) -> None:
 @pytest.mark.parametrize("path", ["exact", "hnsw"])
 async def test_a_small_scope_of_a_large_tenant_still_returns_top_k(
     resources: Resources, hnsw_resources: Resources, tenant: TenantKey,
-    captured_sql: list[tuple[str, Any]], path: str,
+    search_statements: list[tuple[str, tuple[Any, ...]]], path: str,
 ) -> None:
     """40 rows of one user among 340 of the tenant; the query shares no word with any row,
     so every result comes from the vector list alone. Whether the approximate branch reads
@@ -689,7 +708,7 @@ async def test_a_small_scope_of_a_large_tenant_still_returns_top_k(
             {"content": f"entry {i} in the diary of the scoped person", "user_id": "target"}
             for i in range(40)
         ])
-        captured_sql.clear()
+        search_statements.clear()
 
         answer = await search(c, "zebra quokka", user_id="target", explain=True)
 
@@ -702,8 +721,8 @@ async def test_a_small_scope_of_a_large_tenant_still_returns_top_k(
     assert set(ids_of(answer)) <= scoped_ids
 
     # The path taken: rerun the search statement under EXPLAIN ANALYZE.
-    [(statement, parameters)] = [(s, p) for s, p in captured_sql if "vec_ann" in s]
-    rows = await vector_branch_rows(chosen, statement, parameters)
+    [(statement, args)] = [(s, a) for s, a in search_statements if "vec_ann" in s]
+    rows = await vector_branch_rows(chosen, statement, args)
     if path == "hnsw":
         assert rows["exact"] == 0, rows
         assert rows["ann"] >= 10, rows
@@ -722,7 +741,7 @@ async def test_top_k_above_the_vector_depth_is_still_filled(
         "search_vector_candidates": 5,
         "search_exact_below": 1000 if path == "exact" else SMALL_EXACT_BELOW,
     })
-    shallow = Resources(settings, resources.engine, resources.sessionmaker, resources.embedder)
+    shallow = replace(resources, settings=settings)
     async with make_client(shallow, tenant.headers) as c:
         await seed(c, [{"content": f"diary entry {i}", "user_id": "u1"} for i in range(40)])
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -68,7 +68,7 @@ async def model_resources(resources: Resources) -> AsyncIterator[Resources]:
     """The suite's database with the real model in place of the hash embedder."""
     embedder = LocalEmbedder(batch_size=32, threads=1)
     await embedder.load()
-    yield Resources(resources.settings, resources.engine, resources.sessionmaker, embedder)
+    yield replace(resources, embedder=embedder)
     await embedder.aclose()
 
 

@@ -9,6 +9,7 @@ import asyncio
 import math
 import uuid
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -297,7 +298,7 @@ async def test_a_large_scope_is_scored_with_the_tenants_statistics(
     """Above `search_exact_below` the statistics come from term_stats: a term common in
     the tenant is worth less than a rare one, even where both are equally frequent."""
     settings = resources.settings.model_copy(update={"search_exact_below": 2})
-    large = Resources(settings, resources.engine, resources.sessionmaker, resources.embedder)
+    large = replace(resources, settings=settings)
     async with make_client(large, tenant.headers) as client:
         scores = await scoped_scores(client)
 

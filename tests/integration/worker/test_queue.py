@@ -12,10 +12,11 @@ import asyncpg
 from pgqueuer.adapters.drivers.asyncpg import AsyncpgDriver
 from sqlalchemy import text
 
+from app.db import asyncpg_dsn
 from app.resources import Resources
 from app.worker.queue import QUEUE_SCHEMA, enqueue, queue_queries
 from app.worker.registry import JobContext, JobRegistry, RetryLater
-from app.worker.runner import Worker, plain_dsn
+from app.worker.runner import Worker
 
 
 async def jobs_named(resources: Resources, name: str) -> int:
@@ -28,7 +29,7 @@ async def jobs_named(resources: Resources, name: str) -> int:
 async def test_the_migrated_queue_schema_is_what_the_installed_pgqueuer_expects(
     resources: Resources,
 ) -> None:
-    connection = await asyncpg.connect(plain_dsn(resources))
+    connection = await asyncpg.connect(asyncpg_dsn(resources.engine))
     try:
         plan = await queue_queries(AsyncpgDriver(connection)).plan_upgrade()
     finally:

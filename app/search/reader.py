@@ -1,0 +1,83 @@
+"""The search's own connection pool: plain asyncpg, one round trip per statement.
+
+A search's statements only read, so they need no transaction around them. Through the
+request's SQLAlchemy session the single statement of the time cost five round trips
+(the pool's pre-ping, BEGIN, a set_config for the plan settings, the statement, COMMIT)
+and 3-4.5 ms more than the statement alone at 100k rows (bench/search.py). Here the
+connections start with the settings the statements need (generic plans, no parallel
+workers), are not pinged, and are not reset on release: a search changes no session
+state.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import asyncpg
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.db import CONNECT_TIMEOUT_SECONDS, asyncpg_dsn, server_settings
+from app.settings import Settings
+
+log = logging.getLogger("engram.search")
+
+# A pooled connection the server closed (restart, idle timeout, terminated backend).
+_STALE = (asyncpg.PostgresConnectionError, asyncpg.AdminShutdownError, ConnectionError)
+
+
+class Fetcher(Protocol):
+    """What the search repository needs: run one statement, get its rows."""
+
+    async def fetch(self, query: str, *args: Any) -> Sequence[Sequence[Any]]: ...
+
+
+def search_server_settings(settings: Settings) -> dict[str, str]:
+    return {
+        **server_settings(settings),
+        "application_name": "engram-search",
+        # The search statements are written to have one plan for every scope
+        # (app/search/repository.py); planning them each time took ~3 ms.
+        "plan_cache_mode": "force_generic_plan",
+        # The planner costed a gated branch as a parallel scan, and starting the workers
+        # took ~6 ms even when the branch never ran.
+        "max_parallel_workers_per_gather": "0",
+    }
+
+
+async def _keep_session(conn: Any) -> None:
+    """Release without the reset query (a round trip): a search sets nothing."""
+
+
+class SearchReader:
+    """An asyncpg pool on the engine's database, for the search statements only."""
+
+    def __init__(self, pool: Any) -> None:
+        self._pool = pool
+
+    @classmethod
+    async def open(cls, engine: AsyncEngine, settings: Settings) -> SearchReader:
+        pool = await asyncpg.create_pool(
+            asyncpg_dsn(engine),
+            min_size=1,
+            max_size=settings.db_pool_size,
+            timeout=CONNECT_TIMEOUT_SECONDS,
+            server_settings=search_server_settings(settings),
+            reset=_keep_session,
+        )
+        return cls(pool)
+
+    async def fetch(self, query: str, *args: Any) -> Sequence[Sequence[Any]]:
+        try:
+            rows: Sequence[Sequence[Any]] = await self._pool.fetch(query, *args)
+        except _STALE as exc:
+            # The statement only reads, so it is safe to run again. The pool's other idle
+            # connections are likely stale too (a server restart): replace them all.
+            log.info("search connection lost (%s); retrying on a new one", exc)
+            await self._pool.expire_connections()
+            rows = await self._pool.fetch(query, *args)
+        return rows
+
+    async def close(self) -> None:
+        await self._pool.close()

@@ -1,0 +1,47 @@
+"""The search's own asyncpg pool: the session its statements run in, and its recovery
+when the server drops its connections."""
+
+from __future__ import annotations
+
+import httpx
+from sqlalchemy import text
+
+from app.resources import Resources
+from tests.conftest import TenantKey
+
+
+async def test_search_connections_start_with_the_plan_settings(resources: Resources) -> None:
+    reader = await resources.search_reader()
+
+    [row] = await reader.fetch(
+        "SELECT current_setting('plan_cache_mode'), "
+        "current_setting('max_parallel_workers_per_gather'), "
+        "current_setting('application_name'), current_setting('hnsw.iterative_scan'), "
+        "current_setting('hnsw.ef_search')"
+    )
+
+    assert tuple(row) == (
+        "force_generic_plan", "0", "engram-search", "relaxed_order",
+        str(resources.settings.hnsw_ef_search),
+    )
+
+
+async def test_a_search_after_the_server_dropped_its_connections_still_answers(
+    resources: Resources, client: httpx.AsyncClient, tenant: TenantKey,
+) -> None:
+    created = await client.post("/v1/memories", json={"content": "Alice keeps bees"})
+    assert created.status_code == 201, created.text
+    first = await client.post("/v1/search", json={"query": "bees"})
+    assert first.status_code == 200, first.text
+
+    async with resources.engine.connect() as conn:
+        killed = (await conn.execute(text(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name = 'engram-search'"
+        ))).scalar_one()
+    assert killed >= 1
+
+    again = await client.post("/v1/search", json={"query": "bees"})
+
+    assert again.status_code == 200, again.text
+    assert [r["memory"]["id"] for r in again.json()["results"]] == [created.json()["id"]]

@@ -1,0 +1,129 @@
+"""SearchService's order of work: the full-text statement runs while the query is embedded,
+and a failure of either leaves nothing running."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from app.errors import ProviderError
+from app.search.pipeline import PipelineConfig, SearchPipeline
+from app.search.repository import RetrievalLimits, RetrievedRow, SearchFilter, TextMatches
+from app.search.schemas import SearchRequest
+from app.search.service import SearchService
+from tests.unit.search.builders import NOW
+
+DIM = 4
+
+
+def row(n: int, *, vector_rank: int | None, text_rank: int | None) -> RetrievedRow:
+    memory_id = uuid.UUID(int=n)
+    record: dict[str, Any] = {
+        "id": memory_id, "content": f"memory {n}", "user_id": "u", "agent_id": None,
+        "session_id": None, "namespace": None, "category": "general", "tags": [],
+        "importance": 0.5, "metadata": {}, "source": "api", "fact_role": "fact",
+        "summary_of": [], "created_at": NOW, "updated_at": NOW, "expires_at": None,
+        "archived_at": None, "consolidation_id": None,
+    }
+    return RetrievedRow(
+        memory_id=memory_id, importance=0.5, created_at=NOW, fact_role="fact", record=record,
+        vector_rank=vector_rank, vector_similarity=None if vector_rank is None else 0.9,
+        text_rank=text_rank, text_score=None if text_rank is None else 2.0,
+    )
+
+
+class Repository:
+    """Records the calls; `text_gate` holds the text statement until it is set."""
+
+    def __init__(self, *, text_error: BaseException | None = None) -> None:
+        self.text_started = asyncio.Event()
+        self.text_gate = asyncio.Event()
+        self.text_cancelled = False
+        self.text_error = text_error
+        self.candidates_calls: list[tuple[TextMatches, list[float]]] = []
+        self.matches = TextMatches(small=True, ids=(uuid.UUID(int=2),), scores=(2.0,))
+
+    async def text_matches(self, query_text: str, filters: SearchFilter,
+                           limits: RetrievalLimits) -> TextMatches:
+        self.text_started.set()
+        try:
+            await self.text_gate.wait()
+        except asyncio.CancelledError:
+            self.text_cancelled = True
+            raise
+        if self.text_error is not None:
+            raise self.text_error
+        return self.matches
+
+    async def candidates(self, text: TextMatches, query_vector: Sequence[float],
+                         filters: SearchFilter, limits: RetrievalLimits,
+                         top_k: int = 0) -> list[RetrievedRow]:
+        self.candidates_calls.append((text, list(query_vector)))
+        return [row(1, vector_rank=1, text_rank=None), row(2, vector_rank=2, text_rank=1)]
+
+
+class Embedder:
+    """Embeds only once the text statement has started, then lets it finish: a service
+    that embedded first and queried after would wait here forever."""
+
+    name = "fake"
+    dimensions = DIM
+
+    def __init__(self, repository: Repository, error: BaseException | None = None) -> None:
+        self.repository = repository
+        self.error = error
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        await asyncio.wait_for(self.repository.text_started.wait(), timeout=2)
+        if self.error is not None:
+            raise self.error
+        self.repository.text_gate.set()
+        return [[1.0, 0.0, 0.0, 0.0] for _ in texts]
+
+    async def aclose(self) -> None:
+        pass
+
+
+def service(repository: Repository, embedder: Embedder) -> SearchService:
+    return SearchService(repository=repository, embedder=embedder,
+                         pipeline=SearchPipeline.from_config(PipelineConfig()),
+                         limits=RetrievalLimits())
+
+
+async def test_the_text_statement_runs_while_the_query_is_embedded() -> None:
+    repository = Repository()
+
+    answer = await service(repository, Embedder(repository)).search(
+        SearchRequest(query="what does Alice like", top_k=5))
+
+    [(text, vector)] = repository.candidates_calls
+    assert text == repository.matches
+    assert vector == [1.0, 0.0, 0.0, 0.0]
+    # Memory 2 is in both lists, memory 1 only in the vector list.
+    assert [r.memory.id for r in answer.results] == [uuid.UUID(int=2), uuid.UUID(int=1)]
+
+
+async def test_a_failed_embedding_cancels_the_text_statement() -> None:
+    repository = Repository()
+    failure = ProviderError("the embeddings endpoint answered 500")
+
+    with pytest.raises(ProviderError):
+        await service(repository, Embedder(repository, error=failure)).search(
+            SearchRequest(query="what does Alice like"))
+
+    assert repository.text_cancelled
+    assert repository.candidates_calls == []
+
+
+async def test_a_failed_text_statement_fails_the_search_after_the_embedding() -> None:
+    repository = Repository(text_error=ConnectionRefusedError("database down"))
+
+    with pytest.raises(ConnectionRefusedError):
+        await service(repository, Embedder(repository)).search(
+            SearchRequest(query="what does Alice like"))
+
+    assert repository.candidates_calls == []
