@@ -60,17 +60,9 @@ class SearchService:
         rows = await self.repository.candidates(text, vector, filters, self.limits,
                                                 request.top_k)
         candidates = tuple(
-            Candidate(
-                memory_id=row.memory_id,
-                payload=row,
-                importance=row.importance,
-                created_at=row.created_at,
-                fact_role=row.fact_role,
-                vector_rank=row.vector_rank,
-                vector_similarity=row.vector_similarity,
-                text_rank=row.text_rank,
-                text_score=row.text_score,
-            )
+            Candidate.retrieved(row.memory_id, row, row.importance, row.created_at,
+                                row.fact_role, row.vector_rank, row.vector_similarity,
+                                row.text_rank, row.text_score)
             for row in rows
         )
         ctx = SearchContext(

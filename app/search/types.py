@@ -58,28 +58,48 @@ class Candidate:
         explanation = self.explanation
         if stage is not None and details is not None:
             explanation = {**explanation, stage: details}
-        # Built slot by slot, past the frozen __init__ (which sets each field through
-        # object.__setattr__ anyway, with keyword binding on top): every stage rescores
-        # every candidate (~120), and the frozen constructor was ~60% of the pipeline's
-        # time (dataclasses.replace, before it, most of it). Candidate has no validation
-        # to skip; a unit test checks that every field is carried over.
-        new = _new(Candidate)
-        _set(new, "memory_id", self.memory_id)
-        _set(new, "payload", self.payload)
-        _set(new, "importance", self.importance)
-        _set(new, "created_at", self.created_at)
-        _set(new, "fact_role", self.fact_role)
-        _set(new, "vector_rank", self.vector_rank)
-        _set(new, "vector_similarity", self.vector_similarity)
-        _set(new, "text_rank", self.text_rank)
-        _set(new, "text_score", self.text_score)
-        _set(new, "score", score)
-        _set(new, "explanation", explanation)
-        return new
+        return _built(self.memory_id, self.payload, self.importance, self.created_at,
+                      self.fact_role, self.vector_rank, self.vector_similarity,
+                      self.text_rank, self.text_score, score, explanation)
+
+    @classmethod
+    def retrieved(
+        cls, memory_id: uuid.UUID, payload: object, importance: float, created_at: datetime,
+        fact_role: str, vector_rank: int | None, vector_similarity: float | None,
+        text_rank: int | None, text_score: float | None,
+    ) -> Candidate:
+        """A candidate as retrieval found it (score 0, no explanation); the same as the
+        constructor, for the ~120 candidates of every search."""
+        return _built(memory_id, payload, importance, created_at, fact_role, vector_rank,
+                      vector_similarity, text_rank, text_score, 0.0, {})
 
 
 _new = object.__new__
 _set = object.__setattr__
+
+
+def _built(
+    memory_id: uuid.UUID, payload: object, importance: float, created_at: datetime,
+    fact_role: str, vector_rank: int | None, vector_similarity: float | None,
+    text_rank: int | None, text_score: float | None, score: float, explanation: Explanation,
+) -> Candidate:
+    # Slot by slot, past the frozen __init__ (which sets each field through
+    # object.__setattr__ too, after binding keywords): every stage rescores every
+    # candidate (~120 a search), and that constructor was ~60% of the pipeline's time.
+    # Candidate has no validation to skip; a unit test checks every field is set.
+    c: Candidate = _new(Candidate)
+    _set(c, "memory_id", memory_id)
+    _set(c, "payload", payload)
+    _set(c, "importance", importance)
+    _set(c, "created_at", created_at)
+    _set(c, "fact_role", fact_role)
+    _set(c, "vector_rank", vector_rank)
+    _set(c, "vector_similarity", vector_similarity)
+    _set(c, "text_rank", text_rank)
+    _set(c, "text_score", text_score)
+    _set(c, "score", score)
+    _set(c, "explanation", explanation)
+    return c
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,18 @@ def test_rescored_adds_a_stage_explanation_without_touching_the_original() -> No
     assert original.explanation == {"fusion": {"rrf": 0.5}}
 
 
+def test_retrieved_is_the_constructor() -> None:
+    c = make_candidate(3, vector_rank=2, text_rank=5, importance=0.4, age_days=2)
+
+    built = Candidate.retrieved(c.memory_id, c.payload, c.importance, c.created_at,
+                                c.fact_role, c.vector_rank, c.vector_similarity,
+                                c.text_rank, c.text_score)
+
+    assert built == c
+    assert built.score == 0.0
+    assert built.explanation == {}
+
+
 def test_a_rescored_candidate_is_still_frozen() -> None:
     copy = make_candidate(1, vector_rank=1).rescored(0.5)
 

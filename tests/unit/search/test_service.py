@@ -12,7 +12,13 @@ import pytest
 
 from app.errors import ProviderError
 from app.search.pipeline import PipelineConfig, SearchPipeline
-from app.search.repository import RetrievalLimits, RetrievedRow, SearchFilter, TextMatches
+from app.search.repository import (
+    MEMORY_KEYS,
+    RetrievalLimits,
+    RetrievedRow,
+    SearchFilter,
+    TextMatches,
+)
 from app.search.schemas import SearchRequest
 from app.search.service import SearchService
 from tests.unit.search.builders import NOW
@@ -30,7 +36,8 @@ def row(n: int, *, vector_rank: int | None, text_rank: int | None) -> RetrievedR
         "archived_at": None, "consolidation_id": None,
     }
     return RetrievedRow(
-        memory_id=memory_id, importance=0.5, created_at=NOW, fact_role="fact", record=record,
+        memory_id=memory_id, importance=0.5, created_at=NOW, fact_role="fact",
+        columns=tuple(record[key] for key in MEMORY_KEYS),
         vector_rank=vector_rank, vector_similarity=None if vector_rank is None else 0.9,
         text_rank=text_rank, text_score=None if text_rank is None else 2.0,
     )
