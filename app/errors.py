@@ -148,7 +148,7 @@ _STATUS_TITLES = {
 }
 
 
-# The search statement runs on asyncpg directly (app/search/reader.py).
+# The search statements run on asyncpg directly (app/search/reader.py).
 _ASYNCPG_UNAVAILABLE = (
     asyncpg.PostgresConnectionError,
     asyncpg.CannotConnectNowError,
