@@ -57,6 +57,12 @@ break by memory id (uuid7, random low bits): expect +-1 question between runs.
 Run:   HF_HUB_OFFLINE=1 .venv/bin/python -m bench.retrieval_eval
        HF_HUB_OFFLINE=1 .venv/bin/python -m bench.retrieval_eval --quick   (3 conversations,
                                                                         small sweep)
+       HF_HUB_OFFLINE=1 .venv/bin/python -m bench.retrieval_eval --unscoped
+           (every question over the whole tenant, no user_id: the large-scope path of
+           app/search/repository.py, BM25 from term_stats over at most
+           search_text_match_cap rows found through the rarest terms, HNSW for the vector
+           list; rank-bm25 and ts_rank_cd over all turns; baselines + the default pipeline
+           only, no sweep and no summaries; ~2-3 minutes)
 JSON with every number goes to bench/results/ (git-ignored).
 """
 
@@ -114,6 +120,7 @@ from bench.retrieval_baselines import (  # noqa: E402
     KINDS,
     BM25Retriever,
     Dataset,
+    IndexStyle,
     Metrics,
     Question,
     Turn,
@@ -121,6 +128,7 @@ from bench.retrieval_baselines import (  # noqa: E402
     format_day,
     format_recall10_grid,
     format_table,
+    index_text,
     load_dataset,
     tokenize,
 )
@@ -375,7 +383,7 @@ def ranker(rankings: Rankings) -> Callable[[Question], list[str]]:
 class Evaluator:
     def __init__(self, maker: async_sessionmaker[AsyncSession], reader: Fetcher,
                  embedder: MemoEmbedder, base: Settings, corpus: Corpus,
-                 questions: Sequence[Question]) -> None:
+                 questions: Sequence[Question], unscoped: bool = False) -> None:
         self.maker = maker  # for the ts_rank_cd baselines
         self.reader = reader  # the candidate statements, as the service runs them
         self.embedder = embedder
@@ -386,6 +394,12 @@ class Evaluator:
         self.stats = SqlStats()
         self.pipeline_seconds = 0.0
         self.pipeline_calls = 0
+        # --unscoped: no user_id, every question over the whole tenant.
+        self.unscoped = unscoped
+        self.small: dict[str, bool] = {}  # question id -> TextMatches.small (from rows())
+
+    def scope(self, q: Question) -> str | None:
+        return None if self.unscoped else q.conversation_id
 
     def settings(self, overrides: dict[str, Any]) -> Settings:
         return self.base.model_copy(update=overrides)
@@ -399,8 +413,9 @@ class Evaluator:
         repo = MemoSearchRepository(self.reader, self.corpus.tenant_id, self.cache, self.stats)
         for q in self.questions:
             (vector,) = await self.embedder.embed([q.text])
-            filters = SearchFilter(user_id=q.conversation_id)
+            filters = SearchFilter(user_id=self.scope(q))
             matches = await repo.text_matches(q.text, filters, limits)
+            self.small[q.id] = matches.small
             out[q.id] = await repo.candidates(matches, vector, filters, limits)
         return out
 
@@ -427,7 +442,7 @@ class Evaluator:
             sql_before = self.stats.seconds
             t = time.perf_counter()
             response = await service.search(
-                SearchRequest(query=q.text, user_id=q.conversation_id, top_k=TOP_K))
+                SearchRequest(query=q.text, user_id=self.scope(q), top_k=TOP_K))
             self.pipeline_seconds += (time.perf_counter() - t) - (
                 self.stats.seconds - sql_before)
             self.pipeline_calls += 1
@@ -448,7 +463,8 @@ class Evaluator:
             )
         sql = text(
             f"{prelude}SELECT m.id FROM memories m{', qq' if prelude else ''} "
-            "WHERE m.tenant_id = :tenant_id AND m.user_id = :user_id "
+            "WHERE m.tenant_id = :tenant_id "
+            f"{'' if self.unscoped else 'AND m.user_id = :user_id '}"
             "AND m.fact_role = 'fact' AND m.archived_at IS NULL "
             f"AND m.tsv @@ {query} "
             f"ORDER BY ts_rank_cd(m.tsv, {query}, :norm) DESC, m.id LIMIT :k"
@@ -456,12 +472,95 @@ class Evaluator:
         out: Rankings = {}
         async with self.maker() as session:
             for q in self.questions:
-                ids = (await session.execute(sql, {
-                    "q": q.text, "tenant_id": self.corpus.tenant_id,
-                    "user_id": q.conversation_id, "norm": norm, "k": TOP_K,
-                })).scalars().all()
+                params = {"q": q.text, "tenant_id": self.corpus.tenant_id, "norm": norm,
+                          "k": TOP_K}
+                if not self.unscoped:
+                    params["user_id"] = q.conversation_id
+                ids = (await session.execute(sql, params)).scalars().all()
                 out[q.id] = [self.corpus.label[i] for i in ids]
         return out
+
+
+class AllTurnsBM25:
+    """rank-bm25 (BM25Okapi, k1=1.5, b=0.75) over every turn of the dataset at once (the
+    --unscoped reference; BM25Retriever indexes each conversation apart). Same tokenizer,
+    index styles and matched-only rule as BM25Retriever."""
+
+    def __init__(self, dataset: Dataset, style: IndexStyle) -> None:
+        from rank_bm25 import BM25Okapi
+
+        self._ids = [t.id for t in dataset.turns]
+        self._index = BM25Okapi([tokenize(index_text(t, style)) for t in dataset.turns])
+
+    def rank(self, question: Question) -> list[str]:
+        terms = tokenize(question.text)
+        scores = self._index.get_scores(terms)
+        wanted = set(terms)
+        matched = [i for i, freqs in enumerate(self._index.doc_freqs)
+                   if not wanted.isdisjoint(freqs)]
+        matched.sort(key=lambda i: (-scores[i], i))
+        return [self._ids[i] for i in matched]
+
+
+# The large-scope text branch's choice of rows, replayed (app/search/repository.py's
+# rare_terms and matched, without the LIMIT): how many rows hold any query term, how many
+# hold one of the rare terms the GIN scan uses, and how many query lexemes it drops.
+_TEXT_BRANCH_SQL = text("""
+WITH terms AS MATERIALIZED (
+    SELECT DISTINCT lexeme
+    FROM unnest(tsvector_to_array(to_tsvector('english', :q))) AS lexeme
+    WHERE strpos(lexeme, chr(92)) = 0
+),
+query AS MATERIALIZED (
+    SELECT coalesce(array_agg(lexeme), '{}') AS lexemes,
+           coalesce(string_agg(quote_literal(lexeme), ' | '), '')::tsquery AS any_term
+    FROM terms
+),
+stats AS MATERIALIZED (
+    SELECT s.lexeme, sum(s.df)::float8 AS df FROM term_stats s
+    WHERE s.tenant_id = :t AND s.lexeme = ANY(CAST((SELECT lexemes FROM query) AS text[]))
+    GROUP BY s.lexeme
+),
+rare AS MATERIALIZED (
+    SELECT lexeme FROM (
+        SELECT lexeme, df, row_number() OVER (ORDER BY df, lexeme) AS k,
+               sum(df) OVER (ORDER BY df, lexeme ROWS UNBOUNDED PRECEDING) AS run
+        FROM stats WHERE df > 0
+    ) x WHERE (k = 1 OR run <= :cap) AND df <= :max_df
+),
+rq AS MATERIALIZED (
+    SELECT coalesce(string_agg(quote_literal(lexeme), ' | '), '')::tsquery AS q FROM rare
+)
+SELECT (SELECT count(*) FROM terms) AS n_terms,
+       (SELECT count(*) FROM stats WHERE df > 0) AS n_known,
+       (SELECT count(*) FROM rare) AS n_rare,
+       (SELECT count(*) FROM memories m WHERE m.tenant_id = :t AND m.archived_at IS NULL
+          AND m.tsv @@ (SELECT any_term FROM query)) AS rows_any,
+       (SELECT count(*) FROM memories m WHERE m.tenant_id = :t AND m.archived_at IS NULL
+          AND m.tsv @@ (SELECT q FROM rq)) AS rows_rare
+""")
+
+
+@dataclass
+class TextBranch:
+    n_terms: int
+    n_known: int
+    n_rare: int
+    rows_any: int
+    rows_rare: int
+
+
+async def text_branch(maker: async_sessionmaker[AsyncSession], tenant_id: uuid.UUID,
+                      questions: Sequence[Question], limits: RetrievalLimits
+                      ) -> dict[str, TextBranch]:
+    out: dict[str, TextBranch] = {}
+    async with maker() as session:
+        for q in questions:
+            r = (await session.execute(_TEXT_BRANCH_SQL, {
+                "q": q.text, "t": tenant_id, "cap": limits.text_match_cap,
+                "max_df": limits.text_max_df})).one()
+            out[q.id] = TextBranch(r.n_terms, r.n_known, r.n_rare, r.rows_any, r.rows_rare)
+    return out
 
 
 # --- metrics helpers -------------------------------------------------------------------------
@@ -582,6 +681,117 @@ def sweep_table(ps: Sequence[Point]) -> None:
               f"{pts(r['regular'].recall_20)} | {pts(r['summary'].recall_10)} |")
 
 
+# --- --unscoped report ----------------------------------------------------------------------
+
+
+async def report_unscoped(ev: Evaluator, maker: async_sessionmaker[AsyncSession],
+                          base: Settings, dataset: Dataset,
+                          methods: list[tuple[str, dict[str, Metrics]]], kinds: dict[str, int],
+                          rows: dict[str, list[RetrievedRow]], report: dict[str, Any],
+                          ingest_s: float) -> int:
+    """The --unscoped run's report: the baselines and the default pipeline, every question
+    over the whole tenant."""
+    questions = ev.questions
+    limits = build_limits(base)
+    n_rows = len(dataset.turns)
+    text_before = ev.stats.text_calls
+    branch = await text_branch(maker, ev.corpus.tenant_id, questions, limits)
+    assert ev.stats.text_calls == text_before  # the diagnostics do not touch the memo
+    large = [qid for qid, small in ev.small.items() if not small]
+    n_vec = {qid: sum(1 for r in rs if r.vector_rank is not None) for qid, rs in rows.items()}
+    n_txt = {qid: sum(1 for r in rs if r.text_rank is not None) for qid, rs in rows.items()}
+    capped = [qid for qid, b in branch.items() if b.rows_rare > limits.text_match_cap]
+    dropped = [qid for qid, b in branch.items() if b.n_rare < b.n_known]
+    unscored = {qid: b.rows_any - min(b.rows_rare, limits.text_match_cap)
+                for qid, b in branch.items()}
+    # Evidence turns holding a query term that the large-scope text branch never scored
+    # (neither among the rare-term rows nor, if those were capped, certainly among them).
+    label_of = {v: k for k, v in ev.corpus.label.items()}
+    missed_ev = 0
+    async with maker() as session:
+        for q in questions:
+            ids = [label_of[e] for e in q.evidence if e in label_of]
+            if not ids:
+                continue
+            r = (await session.execute(text(
+                "WITH query AS (SELECT coalesce(string_agg(quote_literal(l), ' | '), '')"
+                "::tsquery AS q FROM unnest(tsvector_to_array(to_tsvector('english', :q))) l "
+                "WHERE strpos(l, chr(92)) = 0) "
+                "SELECT count(*) FROM memories m WHERE m.id = ANY(:ids) "
+                "AND m.tsv @@ (SELECT q FROM query)"), {"q": q.text, "ids": ids})).scalar_one()
+            in_list = sum(1 for x in rows[q.id] if x.text_rank is not None
+                          and ev.corpus.label[x.memory_id] in q.evidence)
+            missed_ev += max(0, r - in_list)
+
+    elapsed = time.perf_counter() - _T0
+    ran = ("the large-scope path ran for every question" if len(large) == len(questions)
+           else "NOT every question took the large-scope path")
+    mid = len(branch) // 2
+    drop_med = sorted(b.n_known - b.n_rare for b in branch.values())[mid]
+    known_med = sorted(b.n_known for b in branch.values())[mid]
+    print()
+    print("=" * 100)
+    print("UNSCOPED / LARGE-SCOPE RUN (--unscoped): every question searched over the WHOLE "
+          f"tenant ({n_rows} turns, no user_id filter); top_k=20; regular = all kinds but "
+          "summary")
+    print("=" * 100)
+    print(f"\nLarge-scope path: tenant rows {n_rows} >= search_exact_below "
+          f"{limits.exact_below}: {'yes' if n_rows >= limits.exact_below else 'NO'}; text "
+          f"statement returned small = False for {len(large)} of {len(questions)} questions "
+          f"({ran}).")
+    print(f"The pipeline reused the same text statements (memoised, same limits): text "
+          f"statements run {ev.stats.text_calls} for {len(questions)} questions.")
+    print(f"\nDefaults: {describe({}, base)}; text_match_cap {limits.text_match_cap}, "
+          f"text_max_df {limits.text_max_df}")
+    print(f"Candidate lists per question: vector {min(n_vec.values())}-{max(n_vec.values())} "
+          f"rows (HNSW), text {min(n_txt.values())}-{max(n_txt.values())} rows")
+    vals = sorted(b.rows_any for b in branch.values())
+    print(f"\nText branch (replayed): rows holding any query term: median "
+          f"{vals[len(vals) // 2]}, max {vals[-1]}; questions whose rare-term rows exceed "
+          f"text_match_cap ({limits.text_match_cap}, the LIMIT cuts arbitrarily): "
+          f"{len(capped)}; questions where the rare-term selection drops query lexemes: "
+          f"{len(dropped)} (median {drop_med} of median {known_med} known "
+          f"lexemes dropped); term-matching rows never scored: "
+          f"{sum(unscored.values())} in all, {sum(1 for v in unscored.values() if v)} "
+          f"questions; evidence turns holding a query term but not in the text list "
+          f"(cut by the rare-term selection, the cap or text_candidates): {missed_ev}")
+    print("\nRecall@10 by question kind\n")
+    print(format_recall10_grid(methods))
+    print("\nAll metrics\n")
+    print(format_table(methods))
+    baselines = [m for m in methods if not m[0].startswith("pipeline")]
+    pipe_label, pipe = next(m for m in methods if m[0].startswith("pipeline"))
+    print(f"\n{pipe_label} vs each baseline, recall@10 (points)\n")
+    print("| baseline | regular R@10 | pipeline margin | all R@10 | pipeline margin | "
+          "pipeline beats it (regular)? |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    verdicts = {}
+    for label, res in baselines:
+        d_reg = pipe["regular"].recall_10 - res["regular"].recall_10
+        d_all = pipe["all"].recall_10 - res["all"].recall_10
+        verdicts[label] = d_reg > 0
+        print(f"| {label} | {pts(res['regular'].recall_10)} | {100 * d_reg:+.1f} | "
+              f"{pts(res['all'].recall_10)} | {100 * d_all:+.1f} | "
+              f"{'yes' if d_reg > 0 else 'NO'} |")
+    print(f"\nIngest {ingest_s:.1f}s for {n_rows} turns; {ev.stats.line()}; "
+          f"{ev.pipeline_calls} pipeline runs, "
+          f"{1000 * ev.pipeline_seconds / max(1, ev.pipeline_calls):.2f} ms each; total run "
+          f"time {elapsed:.0f}s")
+    report.update({
+        "elapsed_s": elapsed, "ingest_s": ingest_s,
+        "large_scope_questions": len(large), "questions": len(questions),
+        "text_branch": {qid: asdict(b) for qid, b in branch.items()},
+        "capped": capped, "evidence_not_in_text_list": missed_ev,
+        "methods": {label: {k: asdict(v) for k, v in res.items()} for label, res in methods},
+        "pipeline_beats_baseline_regular_r10": verdicts,
+    })
+    RESULTS_DIR.mkdir(exist_ok=True)
+    out = RESULTS_DIR / f"retrieval-eval-unscoped-{datetime.now(UTC):%Y%m%d-%H%M%S}.json"
+    out.write_text(json.dumps(report, indent=1, default=str))
+    print(f"JSON: {out}")
+    return 0
+
+
 # --- main ------------------------------------------------------------------------------------
 
 
@@ -612,7 +822,8 @@ async def run(args: argparse.Namespace) -> int:
     engine = create_engine(pg.url, base)
     inner = LocalEmbedder(batch_size=base.embedder_batch_size, threads=base.embedder_threads)
     reader: SearchReader | None = None
-    report: dict[str, Any] = {"quick": args.quick, "started": datetime.now(UTC).isoformat()}
+    report: dict[str, Any] = {"quick": args.quick, "unscoped": args.unscoped,
+                              "started": datetime.now(UTC).isoformat()}
     try:
         await upgrade_to_head(engine)
         # The search's own pool, as the service opens it (app/search/reader.py).
@@ -640,7 +851,7 @@ async def run(args: argparse.Namespace) -> int:
         t = time.perf_counter()
         await embedder.embed([q.text for q in questions])
         log(f"embedded {len(questions)} questions in {time.perf_counter() - t:.1f}s")
-        ev = Evaluator(maker, reader, embedder, base, corpus, questions)
+        ev = Evaluator(maker, reader, embedder, base, corpus, questions, args.unscoped)
         defaults = normalise({}, base)
         log("search settings (defaults): " + describe({}, base)
             + f"; importance w={base.search_importance_weight:g} "
@@ -651,6 +862,7 @@ async def run(args: argparse.Namespace) -> int:
         log("baselines ...")
         methods: list[tuple[str, dict[str, Metrics]]] = []
         rows = await ev.rows(build_limits(base))
+        sample_rows = rows
         methods.append(("dense (db vector list)", score(ev.list_ranking(rows, "vector_rank"),
                                                         questions)))
         methods.append(("engram bm25 (db text list)",
@@ -660,6 +872,11 @@ async def run(args: argparse.Namespace) -> int:
         methods.append(("ts_rank_cd OR, norm 0", score(await ev.ts_rank_cd("or", 0), questions)))
         methods.append(("ts_rank_cd OR, norm 1", score(await ev.ts_rank_cd("or", 1), questions)))
         for style in ("speaker", "dated"):
+            if args.unscoped:
+                all_turns = AllTurnsBM25(dataset, style)
+                methods.append((f"rank-bm25 all turns / {style}",
+                                score({q.id: all_turns.rank(q) for q in questions}, questions)))
+                continue
             bm25 = BM25Retriever(dataset, style)
             methods.append((f"rank-bm25 / {style}", score({q.id: bm25.rank(q) for q in questions},
                                                           questions)))
@@ -671,6 +888,9 @@ async def run(args: argparse.Namespace) -> int:
         mis = [q.id for q in questions if (styles[q.id] == "summary") != (q.kind == "summary")]
         log(f"query style: {sum(1 for s in styles.values() if s == 'summary')} of "
             f"{len(questions)} classified summary; misclassified vs kind: {mis or 'none'}")
+        if args.unscoped:
+            return await report_unscoped(ev, maker, base, dataset, methods, kinds, sample_rows,
+                                         report, ingest_s)
 
         # ---- sweep ------------------------------------------------------------------------
         log("sweep ...")
@@ -1041,6 +1261,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
                         help="3 conversations and a small sweep (a smoke test)")
+    parser.add_argument("--unscoped", action="store_true",
+                        help="every question over the whole tenant (no user_id: the "
+                        "large-scope search path); baselines and the default pipeline "
+                        "only, no sweep, no summaries")
     args = parser.parse_args(argv)
     return asyncio.run(run(args))
 
