@@ -1335,43 +1335,55 @@ def report(res: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------- main
 
 
-async def run(args: argparse.Namespace, cleanup: Cleanup, res: dict[str, Any]) -> None:
+async def start_database(
+    cleanup: Cleanup, name: str, env: dict[str, Any], show: Sequence[str] = ("shared_buffers",)
+) -> tuple[str, int, Path]:
+    """A fresh embedded PostgreSQL in a temporary folder (`cleanup` stops and removes it),
+    migrated to head. Records the server's and pgvector's versions and the `show` settings
+    in `env`. Returns (url, postmaster pid, the folder)."""
     from app.db import create_engine
     from app.embedded_db import start_embedded
-    from app.migrate import head_revision, upgrade_to_head
-    from app.models import DEFAULT_TENANT_ID
+    from app.migrate import upgrade_to_head
     from app.settings import Settings
 
-    tmp = Path(tempfile.mkdtemp(prefix="engram-bench-ingest-"))
+    tmp = Path(tempfile.mkdtemp(prefix=f"engram-bench-{name}-"))
     cleanup.tmp = tmp
     t = time.perf_counter()
     pg = await asyncio.to_thread(start_embedded, tmp, cleanup_mode="delete")
     cleanup.pg = pg
-    url = pg.url
-    pm_pid = pg.server.get_pid()
-    log(f"embedded PostgreSQL up in {time.perf_counter() - t:.1f} s ({url})")
-    engine = create_engine(url, Settings(database_url=url, _env_file=None))
+    log(f"embedded PostgreSQL up in {time.perf_counter() - t:.1f} s ({pg.url})")
+    engine = create_engine(pg.url, Settings(database_url=pg.url, _env_file=None))
     try:
         await upgrade_to_head(engine)
-        migrated_to = head_revision()
     finally:
         await engine.dispose()
-    conn = await connect(url)
+    conn = await connect(pg.url)
     try:
-        env = res["env"]
         env["postgres"] = (await conn.fetchval("SELECT version()")).split(" on ")[0]
         env["pgvector"] = await conn.fetchval(
             "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
         )
-        env["shared_buffers"] = await conn.fetchval("SHOW shared_buffers")
+        for setting in show:
+            env[setting] = await conn.fetchval(f"SHOW {setting}")
+    finally:
+        await conn.close()
+    log(f"migrated: {env['postgres']}, pgvector {env['pgvector']}, "
+        + ", ".join(f"{k} {env[k]}" for k in show))
+    return pg.url, pg.server.get_pid(), tmp
+
+
+async def run(args: argparse.Namespace, cleanup: Cleanup, res: dict[str, Any]) -> None:
+    from app.migrate import head_revision
+    from app.models import DEFAULT_TENANT_ID
+
+    url, pm_pid, tmp = await start_database(cleanup, "ingest", res["env"])
+    migrated_to = head_revision()
+    conn = await connect(url)
+    try:
         res["seed"]["rows_after_migration"] = await count_rows(conn)
         res["seed"]["schema_revision"] = migrated_to
     finally:
         await conn.close()
-    log(
-        f"migrated: {env['postgres']}, pgvector {env['pgvector']}, "
-        f"shared_buffers {env['shared_buffers']}"
-    )
 
     # The model: embed the base sentences. Two torch threads only on an idle machine:
     # under other load one thread is faster (measurements.md).

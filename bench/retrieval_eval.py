@@ -106,6 +106,7 @@ from app.providers.local_embedder import LocalEmbedder  # noqa: E402
 from app.search.config import build_limits, build_pipeline  # noqa: E402
 from app.search.reader import Fetcher, SearchReader  # noqa: E402
 from app.search.repository import (  # noqa: E402
+    QUERY_TERM_CTES,
     RetrievalLimits,
     RetrievedRow,
     SearchFilter,
@@ -502,43 +503,19 @@ class AllTurnsBM25:
         return [self._ids[i] for i in matched]
 
 
-# The large-scope text branch's choice of rows, replayed (app/search/repository.py's
-# rare_terms and matched, without the LIMIT): how many rows hold any query term, how many
-# hold one of the rare terms the GIN scan uses, and how many query lexemes it drops.
-_TEXT_BRANCH_SQL = text("""
-WITH terms AS MATERIALIZED (
-    SELECT DISTINCT lexeme
-    FROM unnest(tsvector_to_array(to_tsvector('english', :q))) AS lexeme
-    WHERE strpos(lexeme, chr(92)) = 0
-),
-query AS MATERIALIZED (
-    SELECT coalesce(array_agg(lexeme), '{}') AS lexemes,
-           coalesce(string_agg(quote_literal(lexeme), ' | '), '')::tsquery AS any_term
-    FROM terms
-),
-stats AS MATERIALIZED (
-    SELECT s.lexeme, sum(s.df)::float8 AS df FROM term_stats s
-    WHERE s.tenant_id = :t AND s.lexeme = ANY(CAST((SELECT lexemes FROM query) AS text[]))
-    GROUP BY s.lexeme
-),
-rare AS MATERIALIZED (
-    SELECT lexeme FROM (
-        SELECT lexeme, df, row_number() OVER (ORDER BY df, lexeme) AS k,
-               sum(df) OVER (ORDER BY df, lexeme ROWS UNBOUNDED PRECEDING) AS run
-        FROM stats WHERE df > 0
-    ) x WHERE (k = 1 OR run <= :cap) AND df <= :max_df
-),
-rq AS MATERIALIZED (
-    SELECT coalesce(string_agg(quote_literal(lexeme), ' | '), '')::tsquery AS q FROM rare
-)
+# The large-scope text branch's choice of rows, replayed with the service's own CTEs
+# (app/search/repository.py's QUERY_TERM_CTES; the matched rows without the LIMIT): how
+# many rows hold any query term, how many hold one of the rare terms the GIN scan uses,
+# and how many query lexemes it drops.
+_TEXT_BRANCH_SQL = """WITH {ctes}
 SELECT (SELECT count(*) FROM terms) AS n_terms,
-       (SELECT count(*) FROM stats WHERE df > 0) AS n_known,
-       (SELECT count(*) FROM rare) AS n_rare,
-       (SELECT count(*) FROM memories m WHERE m.tenant_id = :t AND m.archived_at IS NULL
-          AND m.tsv @@ (SELECT any_term FROM query)) AS rows_any,
-       (SELECT count(*) FROM memories m WHERE m.tenant_id = :t AND m.archived_at IS NULL
-          AND m.tsv @@ (SELECT q FROM rq)) AS rows_rare
-""")
+       (SELECT count(*) FROM tenant_stats WHERE lexeme <> '' AND df > 0) AS n_known,
+       (SELECT count(*) FROM rare_lexemes) AS n_rare,
+       (SELECT count(*) FROM memories m WHERE m.tenant_id = :tenant_id
+          AND m.archived_at IS NULL AND m.tsv @@ (SELECT any_term FROM query)) AS rows_any,
+       (SELECT count(*) FROM memories m WHERE m.tenant_id = :tenant_id
+          AND m.archived_at IS NULL AND m.tsv @@ (SELECT q FROM rare_terms)) AS rows_rare
+"""
 
 
 @dataclass
@@ -554,11 +531,13 @@ async def text_branch(maker: async_sessionmaker[AsyncSession], tenant_id: uuid.U
                       questions: Sequence[Question], limits: RetrievalLimits
                       ) -> dict[str, TextBranch]:
     out: dict[str, TextBranch] = {}
+    statement = text(_TEXT_BRANCH_SQL.format(
+        ctes=QUERY_TERM_CTES.format(text_match_cap=int(limits.text_match_cap))))
     async with maker() as session:
         for q in questions:
-            r = (await session.execute(_TEXT_BRANCH_SQL, {
-                "q": q.text, "t": tenant_id, "cap": limits.text_match_cap,
-                "max_df": limits.text_max_df})).one()
+            r = (await session.execute(statement, {
+                "qtext": q.text, "tenant_id": tenant_id,
+                "text_max_df": limits.text_max_df})).one()
             out[q.id] = TextBranch(r.n_terms, r.n_known, r.n_rare, r.rows_any, r.rows_rare)
     return out
 

@@ -109,7 +109,6 @@ import re
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import types
 import uuid
@@ -516,7 +515,7 @@ _VECTOR_LITERAL = re.compile(r"'\[[-+0-9.e,]{100,}\]'")
 # The text statement's CTEs, grouped as the report shows them (small and matched apart):
 # the term_stats lookups and tsqueries; BM25 scoring and the text top list (bm25 is
 # inlined into txt).
-STATS_CTES = ("terms", "query", "tenant_stats", "rare_terms")
+STATS_CTES = ("terms", "query", "tenant_stats", "rare_lexemes", "rare_terms")
 SCORE_CTES = ("postings", "collection", "idf", "bm25", "txt")
 # The two candidate statements, in the order the service runs them.
 STATEMENTS = ("text", "vector")
@@ -1551,7 +1550,7 @@ def report(res: dict[str, Any]) -> str:
     )
     out.append(
         "  Own times (a CTE less the CTEs it reads first). Text statement: small = the "
-        "scope-size probe, stats = terms, query, tenant_stats, rare_terms (term_stats"
+        "scope-size probe, stats = terms, query, tenant_stats, rare_lexemes, rare_terms (term_stats"
     )
     out.append(
         "  lookups, tsqueries), matched = finding the rows holding query terms, score = "
@@ -1667,39 +1666,9 @@ def goal_lines(res: dict[str, Any]) -> list[str]:
 
 
 async def run(args: argparse.Namespace, cleanup: ing.Cleanup, res: dict[str, Any]) -> None:
-    from app.db import create_engine
-    from app.embedded_db import start_embedded
-    from app.migrate import upgrade_to_head
     from app.models import DEFAULT_TENANT_ID
-    from app.settings import Settings
 
-    tmp = Path(tempfile.mkdtemp(prefix="engram-bench-search-"))
-    cleanup.tmp = tmp
-    t = time.perf_counter()
-    pg = await asyncio.to_thread(start_embedded, tmp, cleanup_mode="delete")
-    cleanup.pg = pg
-    url = pg.url
-    pm_pid = pg.server.get_pid()
-    log(f"embedded PostgreSQL up in {time.perf_counter() - t:.1f} s")
-    engine = create_engine(url, Settings(database_url=url, _env_file=None))
-    try:
-        await upgrade_to_head(engine)
-    finally:
-        await engine.dispose()
-    conn = await ing.connect(url)
-    try:
-        env = res["env"]
-        env["postgres"] = (await conn.fetchval("SELECT version()")).split(" on ")[0]
-        env["pgvector"] = await conn.fetchval(
-            "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
-        )
-        env["shared_buffers"] = await conn.fetchval("SHOW shared_buffers")
-    finally:
-        await conn.close()
-    log(
-        f"migrated: {env['postgres']}, pgvector {env['pgvector']}, "
-        f"shared_buffers {env['shared_buffers']}"
-    )
+    url, pm_pid, tmp = await ing.start_database(cleanup, "search", res["env"])
 
     seed_threads = 2 if os.getloadavg()[0] < 1.0 else 1
     t = time.perf_counter()

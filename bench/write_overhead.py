@@ -69,7 +69,6 @@ import os
 import random
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -550,37 +549,11 @@ def report(res: dict[str, Any]) -> str:
 
 
 async def run(args: argparse.Namespace, cleanup: ing.Cleanup, res: dict[str, Any]) -> None:
-    from app.db import create_engine
-    from app.embedded_db import start_embedded
-    from app.migrate import upgrade_to_head
     from app.models import DEFAULT_TENANT_ID
-    from app.settings import Settings
 
-    tmp = Path(tempfile.mkdtemp(prefix="engram-bench-write-overhead-"))
-    cleanup.tmp = tmp
-    t = time.perf_counter()
-    pg = await asyncio.to_thread(start_embedded, tmp, cleanup_mode="delete")
-    cleanup.pg = pg
-    url = pg.url
-    pm_pid = pg.server.get_pid()
-    log(f"embedded PostgreSQL up in {time.perf_counter() - t:.1f} s")
-    engine = create_engine(url, Settings(database_url=url, _env_file=None))
-    try:
-        await upgrade_to_head(engine)
-    finally:
-        await engine.dispose()
-    conn = await ing.connect(url)
-    try:
-        env = res["env"]
-        env["postgres"] = (await conn.fetchval("SELECT version()")).split(" on ")[0]
-        env["pgvector"] = await conn.fetchval(
-            "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
-        )
-        for name in ("shared_buffers", "synchronous_commit", "fsync"):
-            env[name] = await conn.fetchval(f"SHOW {name}")
-    finally:
-        await conn.close()
-    log(f"migrated: {env['postgres']}, pgvector {env['pgvector']}")
+    url, pm_pid, _ = await ing.start_database(
+        cleanup, "write-overhead", res["env"], ("shared_buffers", "synchronous_commit", "fsync")
+    )
 
     base_texts = ing.make_sentences(args.seed, args.base_sentences)
     digest = hashlib.sha256("\n".join(base_texts).encode()).hexdigest()[:16]

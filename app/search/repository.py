@@ -101,9 +101,10 @@ class RetrievedRow(NamedTuple):
         return Memory.model_validate(record)
 
 
-_TEXT_SQL = """
-WITH
-{small},
+# The query's lexemes, the tenant's statistics for them, and the rare terms a large scope
+# is matched through. A template (`text_match_cap`; :qtext, :tenant_id, :text_max_df),
+# also read by bench/retrieval_eval.py, which replays the large-scope match.
+QUERY_TERM_CTES = """
 terms AS MATERIALIZED (
     -- quote_literal switches to E'' syntax for a backslash, which tsquery cannot read.
     SELECT DISTINCT lexeme
@@ -127,9 +128,8 @@ tenant_stats AS MATERIALIZED (
 -- fit `text_match_cap` postings, and the rarest always unless it is in more than
 -- `text_max_df` rows. The bitmap of a common term is what made full-text search slow,
 -- and a row holding only common terms scores below the rare-term rows.
-rare_terms AS MATERIALIZED (
-    SELECT coalesce(string_agg(quote_literal(lexeme), ' | '), '')::tsquery AS q
-    FROM (
+rare_lexemes AS MATERIALIZED (
+    SELECT lexeme FROM (
         SELECT lexeme, df,
                row_number() OVER (ORDER BY df, lexeme) AS k,
                sum(df) OVER (ORDER BY df, lexeme ROWS UNBOUNDED PRECEDING) AS run
@@ -137,6 +137,16 @@ rare_terms AS MATERIALIZED (
     ) t
     WHERE (k = 1 OR run <= {text_match_cap}) AND df <= :text_max_df
 ),
+rare_terms AS MATERIALIZED (
+    SELECT coalesce(string_agg(quote_literal(lexeme), ' | '), '')::tsquery AS q
+    FROM rare_lexemes
+)
+"""
+
+_TEXT_SQL = """
+WITH
+{small},
+""" + QUERY_TERM_CTES + """,
 matched AS MATERIALIZED (
     -- A small scope: every row of it that holds a query term. ts_match_vq is @@ as a
     -- function, which no index matches: the planner filters the scope's rows instead
@@ -332,10 +342,14 @@ class SearchRepository:
                 "text_match_cap": int(limits.text_match_cap)}
 
     async def _fetch(self, template: str, filters: SearchFilter, params: dict[str, Any],
-                     sizes: dict[str, int]) -> Sequence[Sequence[Any]]:
+                     sizes: dict[str, int], *, probe: bool = False) -> Sequence[Sequence[Any]]:
+        """`template` filled in and run; `probe`: it holds the `small` scope-size probe
+        (the text statement; the vector statement gets the probe's answer)."""
         where = self._where(filters, params, indexed=True)
-        small = (_SMALL_COUNTED if filters.narrows() else _SMALL_FROM_STATS).format(
-            where=where, **sizes)
+        small = ""
+        if probe:
+            small = (_SMALL_COUNTED if filters.narrows() else _SMALL_FROM_STATS).format(
+                where=where, **sizes)
         sql = template.format(small=small, where=where, **sizes, columns=_COLUMNS,
                               where_unindexed=self._where(filters, params, indexed=False))
         statement, names = _positional(sql)
@@ -353,7 +367,7 @@ class SearchRepository:
             "b": limits.bm25_b,
         }
         ((small, ids, scores),) = await self._fetch(_TEXT_SQL, filters, params,
-                                                    self._sizes(limits, 0))
+                                                    self._sizes(limits, 0), probe=True)
         return TextMatches(small=small, ids=tuple(ids), scores=tuple(scores))
 
     async def candidates(
