@@ -10,6 +10,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     ENGRAM_HOST=0.0.0.0 \
     ENGRAM_PORT=8080 \
     ENGRAM_DATA_DIR=/data \
+    ENGRAM_MODEL_CACHE_DIR=/srv/engram/models \
     ENGRAM_AUTH_ENABLED=true
 
 WORKDIR /srv/engram
@@ -20,6 +21,9 @@ RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
 COPY pyproject.toml README.md ./
 COPY app ./app
 RUN pip install .
+# The local model's ONNX export, made once into the image: a container then starts
+# without importing torch (app/providers/onnx_encoder.py).
+RUN python -c "from pathlib import Path; from app.providers.sentence_encoder import load_encoder; load_encoder('onnx', threads=1, batch_size=1, cache_dir=Path('/srv/engram/models'))"
 
 COPY alembic.ini ./
 COPY migrations ./migrations

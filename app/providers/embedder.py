@@ -43,4 +43,9 @@ def build_embedder(settings: Settings) -> Embedder:
         )
     from app.providers.local_embedder import LocalEmbedder
 
-    return LocalEmbedder(batch_size=settings.embedder_batch_size, threads=settings.embedder_threads)
+    return LocalEmbedder(
+        batch_size=settings.embedder_batch_size,
+        threads=settings.embedder_threads,
+        runtime=settings.embedder_runtime,
+        cache_dir=settings.model_cache_dir or settings.data_dir / "models",
+    )
