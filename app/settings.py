@@ -65,6 +65,9 @@ class Settings(BaseSettings):
     search_recency_half_life_days: float = Field(default=30.0, gt=0, le=36500)
     summary_downweight_factor: float = Field(default=0.5, gt=0, le=10)
     summary_boost_factor: float = Field(default=2.0, ge=1, le=10)
+    # A candidate with no full-text match and a cosine similarity under this is dropped,
+    # so a query about nothing stored answers an empty list; -1 keeps every candidate.
+    search_min_similarity: float = Field(default=0.25, ge=-1, le=1)
     # A scope with fewer visible rows than this is ranked exactly instead of through HNSW.
     search_exact_below: int = Field(default=1000, ge=0, le=100_000)
     # In a large scope, at most this many full-text matches are BM25-scored per query,

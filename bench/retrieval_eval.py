@@ -774,6 +774,69 @@ async def report_unscoped(ev: Evaluator, maker: async_sessionmaker[AsyncSession]
 # --- main ------------------------------------------------------------------------------------
 
 
+# Questions about nothing the conversations hold: with a relevance floor their answers
+# should be empty, or hold only rows that share a word with them.
+OFF_TOPIC = (
+    "What is the boiling point of tungsten?",
+    "Explain the Krebs cycle in detail",
+    "How do I configure BGP route reflectors?",
+    "quantum chromodynamics lattice gauge theory",
+    "Rust borrow checker lifetime elision rules",
+    "SELECT * FROM users WHERE id = 1",
+    "stock price of a semiconductor company in 1987",
+    "xyzzy plugh qwerty",
+    "asdfghjkl",
+    "Who won the 1954 FIFA World Cup final?",
+    "derivative of arctan x",
+    "How many moons does Neptune have?",
+    "kubernetes pod eviction threshold",
+    "recipe for sourdough starter hydration",
+    "What is the airspeed velocity of an unladen swallow?",
+    "Translate 'good morning' into Finnish",
+    "mitochondrial DNA inheritance pattern",
+    "the half-life of carbon-14",
+    "best practices for TLS certificate rotation",
+    "What does the Hubble constant measure?",
+)
+FLOORS = (-1.0, 0.1, 0.2, 0.25, 0.3, 0.35, 0.4)
+
+
+async def relevance_floor_report(ev: Evaluator, dataset: Dataset,
+                                 questions: Sequence[Question]) -> list[dict[str, Any]]:
+    """Recall and off-topic answers for each `search_min_similarity` (the other settings
+    at their defaults). Off-topic questions are asked in every conversation's scope (once,
+    over the tenant, with --unscoped)."""
+    scopes = [None] if ev.unscoped else list(dataset.conversation_ids)
+    off = [Question(f"off-{i}-{c}", c or "", "off_topic", text, (), None)
+           for i, text in enumerate(OFF_TOPIC) for c in scopes]
+    rows = []
+    for floor in FLOORS:
+        ranks, _ = await ev.pipeline({"search_min_similarity": floor})
+        result = score(ranks, questions)
+        off_ranks, _ = await ev.pipeline({"search_min_similarity": floor}, off)
+        answered = [len(r) for r in off_ranks.values()]
+        rows.append({
+            "min_similarity": floor,
+            "regular_recall_10": result["regular"].recall_10,
+            "all_recall_10": result["all"].recall_10,
+            "regular_recall_20": result["regular"].recall_20,
+            "off_topic_empty": sum(1 for n in answered if n == 0) / len(answered),
+            "off_topic_mean_results": sum(answered) / len(answered),
+        })
+    print("\nRelevance floor (search_min_similarity; rows with a full-text match are kept "
+          f"whatever their similarity); off-topic: {len(OFF_TOPIC)} questions x "
+          f"{len(scopes)} scope(s), top_k={TOP_K}\n")
+    print("| min_similarity | regular R@10 | all R@10 | regular R@20 | off-topic empty | "
+          "off-topic mean results |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        print(f"| {r['min_similarity']:g} | {r['regular_recall_10']:.3f} | "
+              f"{r['all_recall_10']:.3f} | {r['regular_recall_20']:.3f} | "
+              f"{r['off_topic_empty']:.0%} | {r['off_topic_mean_results']:.1f} |")
+    print(flush=True)
+    return rows
+
+
 def subset(dataset: Dataset, conversations: int) -> Dataset:
     keep = set(dataset.conversation_ids[:conversations])
     return Dataset(tuple(t for t in dataset.turns if t.conversation_id in keep),
@@ -867,6 +930,8 @@ async def run(args: argparse.Namespace) -> int:
         mis = [q.id for q in questions if (styles[q.id] == "summary") != (q.kind == "summary")]
         log(f"query style: {sum(1 for s in styles.values() if s == 'summary')} of "
             f"{len(questions)} classified summary; misclassified vs kind: {mis or 'none'}")
+        log("relevance floor ...")
+        report["relevance_floor"] = await relevance_floor_report(ev, dataset, questions)
         if args.unscoped:
             return await report_unscoped(ev, maker, base, dataset, methods, kinds, sample_rows,
                                          report, ingest_s)

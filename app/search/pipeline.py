@@ -2,8 +2,8 @@
 
 Candidate retrieval (the one stage that needs the database) and the query
 embedding (I/O) happen in the service before `SearchPipeline.run`; everything
-after them is here, in this fixed order: fusion -> scoring -> summary
-down-weight -> cut to top_k.
+after them is here, in this fixed order: relevance floor -> fusion -> scoring ->
+summary down-weight -> cut to top_k.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from app.search.stages.base import Stage
 from app.search.stages.cut import CutToTopK
 from app.search.stages.fusion import ReciprocalRankFusion
+from app.search.stages.relevance_floor import RelevanceFloor
 from app.search.stages.scoring import ImportanceRecencyScoring
 from app.search.stages.summary_downweight import SummaryDownweight
 from app.search.types import SearchContext
@@ -45,10 +46,13 @@ class PipelineConfig:
     recency_half_life_days: float = 30.0
     summary_downweight_factor: float = 0.5
     summary_boost_factor: float = 1.0
+    # -1 keeps every candidate (see RelevanceFloor).
+    min_similarity: float = -1.0
 
 
 def build_stages(config: PipelineConfig) -> tuple[Stage, ...]:
     return (
+        RelevanceFloor(min_similarity=config.min_similarity),
         ReciprocalRankFusion(
             k=config.rrf_k, vector_weight=config.vector_weight, text_weight=config.text_weight
         ),

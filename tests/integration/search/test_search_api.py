@@ -26,7 +26,7 @@ from app.search.reader import search_server_settings
 from tests.conftest import TenantKey, create_tenant_key, make_client
 
 PROBLEM_JSON = "application/problem+json"
-STAGES = ("fusion", "scoring", "summary_downweight", "cut")
+STAGES = ("relevance_floor", "fusion", "scoring", "summary_downweight", "cut")
 HNSW_INDEX = "ix_memories_embedding_hnsw"
 # Scopes at or above this many rows take the HNSW path in the `hnsw` variant.
 SMALL_EXACT_BELOW = 5

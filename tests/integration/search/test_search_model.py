@@ -1,7 +1,8 @@
 """`POST /v1/search` over HTTP with the real local all-MiniLM-L6-v2 model on a small fixed
 corpus: concrete orderings (the fact that answers a question outranks the summary that
 covers it; a summary-style question gets the summary first), a paraphrase found through
-the vector list, and scope filters that never leak."""
+the vector list, a question about nothing stored answered with an empty list, and scope
+filters that never leak."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from sqlalchemy import text
 from app.ids import uuid7
 from app.providers.local_embedder import LocalEmbedder
 from app.resources import Resources
+from app.settings import Settings
 from tests.conftest import TenantKey, create_tenant_key, make_client
 
 pytestmark = pytest.mark.model
@@ -65,10 +67,13 @@ class Corpus:
 
 @pytest.fixture(scope="module")
 async def model_resources(resources: Resources) -> AsyncIterator[Resources]:
-    """The suite's database with the real model in place of the hash embedder."""
+    """The suite's database with the real model in place of the hash embedder, and the
+    service's default relevance floor (the suite's hash settings turn it off)."""
     embedder = LocalEmbedder(batch_size=32, threads=1)
     await embedder.load()
-    yield replace(resources, embedder=embedder)
+    floor = Settings.model_fields["search_min_similarity"].default
+    settings = resources.settings.model_copy(update={"search_min_similarity": floor})
+    yield replace(resources, embedder=embedder, settings=settings)
     await embedder.aclose()
 
 
@@ -202,7 +207,56 @@ async def test_a_paraphrase_finds_the_fact_through_the_vector_list(
         assert fusion["text_rank"] is None, fusion
 
 
+# --- the relevance floor: nothing related, nothing returned ----------------------------------
+
+
+@pytest.mark.parametrize("question", [
+    "What is the boiling point of tungsten?",
+    "Explain the Krebs cycle in detail",
+    "kubernetes pod eviction threshold",
+])
+async def test_a_question_about_nothing_stored_gets_an_empty_list(
+    model_client: httpx.AsyncClient, unfloored_client: httpx.AsyncClient, question: str,
+) -> None:
+    answer = await search(model_client, question)
+
+    assert answer == {"results": [], "query_style": "regular"}
+    # Without the floor the same question answers with the least unrelated rows, none
+    # sharing a word with it.
+    nearest = (await search(unfloored_client, question))["results"]
+    assert nearest
+    assert all(r["explanation"]["fusion"]["text_rank"] is None for r in nearest)
+    assert max(r["explanation"]["fusion"]["vector_similarity"] for r in nearest) < 0.25
+
+
+async def test_the_floor_keeps_related_rows_and_says_why(
+    model_client: httpx.AsyncClient, corpus: Corpus,
+) -> None:
+    answer = await search(model_client, "Who has a dog?")
+
+    ranked = ranking(corpus, answer)
+    assert ranked[0] == "beagle", ranked
+    assert len(ranked) < len(ALICE_FACTS) + len(BOB_FACTS) + 1
+    for r in answer["results"]:
+        floor = r["explanation"]["relevance_floor"]
+        assert floor["min_similarity"] == 0.25
+        if floor["kept_by"] == "similarity":
+            assert r["explanation"]["fusion"]["vector_similarity"] >= 0.25
+        else:
+            assert r["explanation"]["fusion"]["text_rank"] is not None
+
+
 # --- scope filters never leak ----------------------------------------------------------------
+
+
+@pytest.fixture
+async def unfloored_client(model_resources: Resources,
+                           corpus: Corpus) -> AsyncIterator[httpx.AsyncClient]:
+    """Every candidate kept (search_min_similarity -1), so a scope's whole content shows."""
+    settings = model_resources.settings.model_copy(update={"search_min_similarity": -1.0})
+    async with make_client(replace(model_resources, settings=settings),
+                           corpus.tenant.headers) as c:
+        yield c
 
 
 @pytest.mark.parametrize(("user", "question"), [
@@ -212,10 +266,11 @@ async def test_a_paraphrase_finds_the_fact_through_the_vector_list(
     ("alice", "Who adopted a beagle named Pixel?"),
 ])
 async def test_a_user_scope_never_returns_the_other_users_memories(
-    model_client: httpx.AsyncClient, corpus: Corpus, user: str, question: str,
+    unfloored_client: httpx.AsyncClient, model_client: httpx.AsyncClient, corpus: Corpus,
+    user: str, question: str,
 ) -> None:
     """The best match of each question belongs to the other user."""
-    answer = await search(model_client, question, user_id=user, top_k=100)
+    answer = await search(unfloored_client, question, user_id=user, top_k=100)
 
     owners = {corpus.users[r["memory"]["id"]] for r in answer["results"]}
     assert owners == {user}
