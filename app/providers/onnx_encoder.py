@@ -192,13 +192,18 @@ def store(path: Path, graph: bytes) -> None:
 def load_onnx_encoder(directory: Path, *, threads: int, batch_size: int,
                       cache_dir: Path) -> OnnxEncoder:
     path = cache_dir.expanduser() / cache_key(directory)
-    model: bytes | str
+    tokenizer = load_tokenizer(directory)
     if path.is_file():
-        model = str(path)
-    else:
-        started = time.perf_counter()
-        model = export(directory, threads)
-        store(path, model)
-        log.info("exported %s to ONNX in %.1f s (%s)", MODEL_NAME,
-                 time.perf_counter() - started, path)
-    return OnnxEncoder(open_session(model, threads), load_tokenizer(directory), batch_size)
+        try:
+            return OnnxEncoder(open_session(str(path), threads), tokenizer, batch_size)
+        except Exception as exc:  # onnxruntime raises its own types for a bad file
+            # Written atomically, so only a hand edit or a damaged disk gets here: make
+            # it anew rather than refuse to start.
+            log.warning("the cached ONNX model %s cannot be loaded (%s); exporting it again",
+                        path, exc)
+    started = time.perf_counter()
+    graph = export(directory, threads)
+    store(path, graph)
+    log.info("exported %s to ONNX in %.1f s (%s)", MODEL_NAME,
+             time.perf_counter() - started, path)
+    return OnnxEncoder(open_session(graph, threads), tokenizer, batch_size)

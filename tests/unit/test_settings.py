@@ -34,6 +34,9 @@ def test_defaults() -> None:
     assert settings.async_database_url is None
     assert settings.auth_enabled is False
     assert settings.embedder == "local"
+    assert settings.embedder_runtime == "onnx"
+    assert settings.model_cache_dir is None
+    assert settings.search_min_similarity == 0.25
     assert settings.startup_problem() is None
 
 
@@ -64,6 +67,36 @@ def test_a_bad_port_gives_one_line_naming_engram_port(monkeypatch: pytest.Monkey
     message = format_settings_error(caught.value)
     assert "\n" not in message
     assert "ENGRAM_PORT" in message
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("ENGRAM_EMBEDDER_RUNTIME", "tensorflow"),
+    ("ENGRAM_SEARCH_MIN_SIMILARITY", "1.5"),
+    ("ENGRAM_SEARCH_MIN_SIMILARITY", "-2"),
+])
+def test_a_bad_runtime_or_floor_is_named(monkeypatch: pytest.MonkeyPatch, name: str,
+                                         value: str) -> None:
+    monkeypatch.setenv(name, value)
+
+    with pytest.raises(ValidationError) as caught:
+        load()
+
+    assert name in format_settings_error(caught.value)
+
+
+def test_the_model_cache_follows_the_data_dir_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.providers.embedder import build_embedder
+    from app.providers.local_embedder import LocalEmbedder
+
+    monkeypatch.setenv("ENGRAM_DATA_DIR", "/tmp/engram-x")
+    default = build_embedder(load())
+    monkeypatch.setenv("ENGRAM_MODEL_CACHE_DIR", "/srv/models")
+    chosen = build_embedder(load())
+
+    assert isinstance(default, LocalEmbedder)
+    assert isinstance(chosen, LocalEmbedder)
+    assert default._cache_dir == Path("/tmp/engram-x/models")
+    assert chosen._cache_dir == Path("/srv/models")
 
 
 @pytest.mark.parametrize("port", ["0", "65536", "-1"])

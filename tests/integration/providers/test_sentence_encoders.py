@@ -115,6 +115,31 @@ def test_an_unwritable_cache_folder_still_serves(
     assert blocker.read_text() == "not a folder"
 
 
+def test_a_damaged_cached_file_is_exported_again(
+    onnx: SentenceEncoder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture, cache_dir: Path,
+) -> None:
+    (cached,) = cache_dir.iterdir()
+    graph = cached.read_bytes()
+    exports: list[Path] = []
+
+    def export(directory: Path, threads: int) -> bytes:
+        exports.append(directory)
+        return graph
+
+    monkeypatch.setattr(onnx_encoder, "export", export)
+    damaged = tmp_path / cached.name
+    damaged.write_bytes(graph[: len(graph) // 3])
+
+    encoder = load_encoder("onnx", threads=1, batch_size=16, cache_dir=tmp_path)
+
+    assert "cannot be loaded" in caplog.text
+    assert len(exports) == 1
+    assert damaged.read_bytes() == graph
+    sample = texts(9, 4)
+    assert float(np.abs(encoder.encode(sample) - onnx.encode(sample)).max()) == 0.0
+
+
 async def test_the_service_embedder_uses_the_settings_runtime_and_cache(
     cache_dir: Path, onnx: SentenceEncoder, no_export: list[Path],
 ) -> None:
