@@ -462,7 +462,7 @@ async def seed(
         sz = await conn.fetchrow(
             f"""SELECT pg_size_pretty(pg_table_size('memories')) AS heap,
                        pg_size_pretty(pg_relation_size('{HNSW_INDEX}')) AS hnsw,
-                       pg_size_pretty(pg_relation_size('ix_memories_tsv')) AS gin,
+                       pg_size_pretty(pg_relation_size('ix_memories_tsv_scope')) AS gin,
                        pg_size_pretty(pg_indexes_size('memories')) AS indexes"""
         )
         out.update(

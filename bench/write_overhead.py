@@ -584,7 +584,7 @@ async def run(args: argparse.Namespace, cleanup: ing.Cleanup, res: dict[str, Any
                 "SELECT indexname FROM pg_indexes WHERE tablename = 'memories'"
             )
         }
-        missing = {ing.HNSW_INDEX, "ix_memories_tsv"} - idx
+        missing = {ing.HNSW_INDEX, "ix_memories_tsv_scope"} - idx
         if missing:
             raise RuntimeError(f"indexes missing after the seed: {sorted(missing)}")
         dup = await conn.fetchval(

@@ -109,6 +109,12 @@ async def tenant(resources: Resources) -> TenantKey:
     return await create_tenant_key(resources)
 
 
+@pytest.fixture
+async def other_tenant(resources: Resources) -> TenantKey:
+    """A second fresh tenant, for isolation checks."""
+    return await create_tenant_key(resources)
+
+
 def make_client(resources: Resources, headers: dict[str, str] | None = None) -> httpx.AsyncClient:
     app = create_app(resources.settings, resources)
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)

@@ -51,7 +51,12 @@ class Memory(Base):
         _scope_index("session_id"),
         _scope_index("namespace"),
         Index("ix_memories_tags", "tags", postgresql_using="gin"),
-        Index("ix_memories_tsv", "tsv", postgresql_using="gin"),
+        # Full text keyed by tenant and tenant/user too (migration 0005, btree_gin), so a
+        # large scope's rare-term match is intersected in the index; the keys are
+        # expressions so that only this index matches them (app/search/repository.py).
+        Index("ix_memories_tsv_scope", text("tenant_id::text"),
+              text("(tenant_id::text || '/'::text) || user_id::text"), "tsv",
+              postgresql_using="gin"),
         Index("ix_memories_tenant_category", "tenant_id", "category"),
         # Lineage lookups (migration 0002): which summaries already cover a memory, and
         # whether a run's summary has been folded again.

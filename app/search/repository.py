@@ -6,7 +6,8 @@ Both share one filter (tenant, scope, tags, categories, not archived, not expire
   own statistics, counted on it (every row of it holding a query term is read, no index
   needed); a larger one with the tenant's, from `term_stats` (kept by triggers), so no
   query counts thousands of matches. There at most `text_match_cap` rows are scored,
-  found on the GIN index through the query's rarest terms, so a query of common words
+  found on the GIN index through the query's rarest terms (an index keyed by tenant and
+  user as well, so other scopes' rows are dropped inside it), so a query of common words
   cannot make the tail grow with the table.
 - Vector (`candidates`): a small scope is ranked by exact cosine distance over the btree
   on the scope (`+ 0` keeps the planner off the HNSW index, which returns too few rows
@@ -155,9 +156,11 @@ matched AS MATERIALIZED (
     WHERE {where} AND (SELECT yes FROM small)
       AND ts_match_vq(m.tsv, (SELECT any_term FROM query))
     UNION ALL
+    -- A large scope: the rare terms' rows, intersected with the scope's keys inside
+    -- ix_memories_tsv_scope before the heap is read (see `_text_index_keys`).
     (SELECT m.id, m.tsv FROM memories m
      WHERE {where_unindexed} AND NOT (SELECT yes FROM small)
-       AND m.tsv @@ (SELECT q FROM rare_terms)
+       AND m.tsv @@ (SELECT q FROM rare_terms) AND {text_index_keys}
      LIMIT {text_match_cap})
 ),
 postings AS MATERIALIZED (
@@ -330,6 +333,19 @@ class SearchRepository:
             preds.append("m.fact_role = 'fact'")
         return " AND ".join(preds)
 
+    def _text_index_keys(self, filters: SearchFilter, params: dict[str, Any]) -> str:
+        """The scope as ix_memories_tsv_scope's expression keys (migration 0005): the
+        tenant, and the tenant/user pair for a user's scope. Only that index matches these
+        expressions, so a generic plan cannot trade it for a scope btree, which would read
+        every row of a large scope. The plain predicates of `_where` still decide which
+        rows qualify; these only let GIN drop the other scopes' rows early."""
+        params["tenant_key"] = str(self.tenant_id)
+        keys = "(m.tenant_id::text) = :tenant_key"
+        if filters.user_id is not None:
+            params["user_key"] = f"{self.tenant_id}/{filters.user_id}"
+            keys += " AND (m.tenant_id::text || '/' || m.user_id) = :user_key"
+        return keys
+
     def _sizes(self, limits: RetrievalLimits, top_k: int) -> dict[str, int]:
         # Written into the statement: as parameters, a generic plan would assume a LIMIT of
         # a tenth of the table and join accordingly. The vector list is at least top_k
@@ -346,12 +362,14 @@ class SearchRepository:
         """`template` filled in and run; `probe`: it holds the `small` scope-size probe
         (the text statement; the vector statement gets the probe's answer)."""
         where = self._where(filters, params, indexed=True)
-        small = ""
+        small = keys = ""
         if probe:
             small = (_SMALL_COUNTED if filters.narrows() else _SMALL_FROM_STATS).format(
                 where=where, **sizes)
+            keys = self._text_index_keys(filters, params)
         sql = template.format(small=small, where=where, **sizes, columns=_COLUMNS,
-                              where_unindexed=self._where(filters, params, indexed=False))
+                              where_unindexed=self._where(filters, params, indexed=False),
+                              text_index_keys=keys)
         statement, names = _positional(sql)
         return await self.db.fetch(statement, *(params[name] for name in names))
 

@@ -160,11 +160,6 @@ async def test_revoking_one_key_leaves_the_tenants_other_key_working(
 # --- tenant isolation -----------------------------------------------------------------------
 
 
-@pytest.fixture
-async def other_tenant(resources: Resources) -> TenantKey:
-    return await create_tenant_key(resources)
-
-
 async def test_a_key_of_tenant_a_cannot_read_change_or_delete_tenant_bs_memory(
     resources: Resources, client: httpx.AsyncClient, other_tenant: TenantKey
 ) -> None:

@@ -139,17 +139,12 @@ def plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from plan_nodes(child)
 
 
-async def vector_branch_rows(resources: Resources, statement: str,
-                             args: tuple[Any, ...]) -> dict[str, int]:
-    """Rows each vector branch produced when `statement` runs again, with auto_explain's
-    ANALYZE plan, on a connection set up as the search's pool sets up its own: so with
-    the generic plan the service runs (EXPLAIN of the statement would plan it for the
-    given values).
-
-    The two branches, inside the `vec` CTE, are gated by one-time filters on the `small`
-    parameter: the exact scan on `$n`, the approximate one on `(NOT $n)`. `hnsw_index`
-    counts rows out of the HNSW index itself.
-    """
+async def generic_plan(resources: Resources, statement: str, args: tuple[Any, ...],
+                       marker: str) -> tuple[dict[str, Any], list[Any]]:
+    """The ANALYZE plan of `statement` (the logged statement holding `marker`) when it runs
+    again, from auto_explain, on a connection set up as the search's pool sets up its own:
+    so with the generic plan the service runs (EXPLAIN of the statement would plan it for
+    the given values). Also the statement's rows."""
     conn = await asyncpg.connect(asyncpg_dsn(resources.engine),
                                  server_settings=search_server_settings(resources.settings))
     logged: list[str] = []
@@ -159,12 +154,24 @@ async def vector_branch_rows(resources: Resources, statement: str,
             "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; "
             "SET auto_explain.log_analyze = on; SET auto_explain.log_format = json; "
             "SET auto_explain.log_level = notice; SET client_min_messages = notice")
-        await conn.fetch(statement, *args)
+        rows = await conn.fetch(statement, *args)
         await asyncio.sleep(0.05)  # log listeners are called soon, not at once
     finally:
         await conn.close()
-    [raw] = [m for m in logged if "vec_ann" in m]
-    plan = json.loads(raw[raw.index("{"):])["Plan"]
+    [raw] = [m for m in logged if marker in m]
+    plan: dict[str, Any] = json.loads(raw[raw.index("{"):])["Plan"]
+    return plan, list(rows)
+
+
+async def vector_branch_rows(resources: Resources, statement: str,
+                             args: tuple[Any, ...]) -> dict[str, int]:
+    """Rows each vector branch produced when `statement` runs again with its generic plan.
+
+    The two branches, inside the `vec` CTE, are gated by one-time filters on the `small`
+    parameter: the exact scan on `$n`, the approximate one on `(NOT $n)`. `hnsw_index`
+    counts rows out of the HNSW index itself.
+    """
+    plan, _ = await generic_plan(resources, statement, args, "vec_ann")
     rows = {"exact": 0, "ann": 0, "hnsw_index": 0}
     [vec] = [n for n in plan_nodes(plan) if n.get("Subplan Name") == "CTE vec"]
     for node in plan_nodes(vec):
@@ -729,6 +736,50 @@ async def test_a_small_scope_of_a_large_tenant_still_returns_top_k(
         assert rows["hnsw_index"] >= 10, rows
     else:
         assert rows == {"exact": 40, "ann": 0, "hnsw_index": 0}
+
+
+@pytest.mark.parametrize("user", ["target", None])
+async def test_a_large_scope_finds_its_text_matches_through_the_scoped_index(
+    hnsw_resources: Resources, tenant: TenantKey, other_tenant: TenantKey,
+    search_statements: list[tuple[str, tuple[Any, ...]]], user: str | None,
+) -> None:
+    """A large scope's rare-term rows come out of ix_memories_tsv_scope with the tenant (and
+    tenant/user) keys in its index condition, in the generic plan the service runs: the
+    other users' and the other tenant's rows holding the term are dropped inside GIN and
+    never read from the heap."""
+    rows = [{"content": f"kayak trip number {i}", "user_id": "target" if i % 3 == 0
+             else f"other{i}"} for i in range(30)]
+    async with make_client(hnsw_resources, other_tenant.headers) as c:
+        await seed(c, [{"content": f"kayak trip {i}", "user_id": "target"} for i in range(20)])
+    async with make_client(hnsw_resources, tenant.headers) as c:
+        created = await seed(c, rows)
+        # Enough other rows that scanning the table or a whole scope index costs more than
+        # the GIN index, as in any real store (on a handful of rows the planner rightly
+        # reads them all).
+        for batch in range(4):
+            await seed(c, [{"content": f"filler note {batch} {i}", "user_id": f"u{i % 50}"}
+                           for i in range(1000)])
+        async with hnsw_resources.engine.connect() as conn:
+            await conn.execute(text("ANALYZE memories"))
+        search_statements.clear()
+        answer = await search(c, "kayak", user_id=user, top_k=50, explain=True)
+
+    expected = {m["id"] for m in created if user is None or m["user_id"] == user}
+    if user is not None:
+        assert {r["memory"]["user_id"] for r in answer["results"]} == {user}
+    [(statement, args)] = [(s, a) for s, a in search_statements if "rare_terms" in s]
+    plan, [(small, text_ids, _)] = await generic_plan(hnsw_resources, statement, args,
+                                                      "rare_terms")
+    assert small is False
+    assert {str(i) for i in text_ids} == expected
+    [scan] = [n for n in plan_nodes(plan) if n.get("Index Name") == "ix_memories_tsv_scope"]
+    condition = scan["Index Cond"]
+    assert "tsv @@" in condition
+    assert "(tenant_id)::text" in condition
+    assert ("|| '/'" in condition) == (user is not None)
+    # Only the scope's rows with the term left the index.
+    assert scan["Actual Rows"] == len(expected)
+    assert not [n for n in plan_nodes(plan) if n.get("Index Name") == "ix_memories_tsv"]
 
 
 @pytest.mark.parametrize("path", ["exact", "hnsw"])
