@@ -39,7 +39,7 @@ class Settings(BaseSettings):
     embedder_batch_size: int = Field(default=64, ge=1, le=2048)
     embedder_threads: int = Field(default=1, ge=1, le=64)
     # How the local model runs: ONNX Runtime over an export of the packaged weights
-    # (2.6x faster per query, the same vectors) or sentence-transformers on torch.
+    # (2.7x faster per query, the same vectors) or sentence-transformers on torch.
     embedder_runtime: Literal["onnx", "torch"] = "onnx"
     # Where the ONNX export is kept between starts; None: data_dir/models.
     model_cache_dir: Path | None = None

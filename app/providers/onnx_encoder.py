@@ -1,10 +1,12 @@
 """all-MiniLM-L6-v2 on ONNX Runtime: the packaged weights exported once, then cached.
 
-The export (torch's ONNX exporter, ~2 s) runs the first time a process needs the model
-and the file is kept in the cache folder under a key of everything that shapes it (the
-packaged weights, torch, this module's export code), written atomically so concurrent
-processes never read half a file. It is checked against sentence-transformers before it
-is kept. A process that finds the file imports neither torch nor sentence-transformers.
+The export (torch's ONNX exporter: 8 s on a first start, most of it importing torch)
+runs the first time a process needs the model, and the file is kept in the cache folder
+under a key of everything that shapes it (the packaged weights, torch, this module's
+export code), written atomically so concurrent processes never read half a file. It is
+checked against sentence-transformers before it is kept. A process that finds the file
+imports neither torch nor sentence-transformers. A cached file that cannot be loaded is
+exported again.
 
 The graph holds BERT, the mean pooling over the attention mask and the normalisation,
 so one `run` returns the finished vectors. Texts are tokenised with the model's own
@@ -202,7 +204,11 @@ def load_onnx_encoder(directory: Path, *, threads: int, batch_size: int,
             log.warning("the cached ONNX model %s cannot be loaded (%s); exporting it again",
                         path, exc)
     started = time.perf_counter()
-    graph = export(directory, threads)
+    try:
+        graph = export(directory, threads)
+    except Exception as exc:
+        raise RuntimeError(f"could not export {MODEL_NAME} to ONNX ({exc}); "
+                           "ENGRAM_EMBEDDER_RUNTIME=torch runs it on torch instead") from exc
     store(path, graph)
     log.info("exported %s to ONNX in %.1f s (%s)", MODEL_NAME,
              time.perf_counter() - started, path)

@@ -15,15 +15,12 @@ local embedder calls it on its worker thread. Two runtimes compute the same vect
 from __future__ import annotations
 
 import json
-import logging
 import os
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
-
-log = logging.getLogger("engram.embedder")
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 DIMENSIONS = 384

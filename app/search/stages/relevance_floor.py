@@ -21,7 +21,7 @@ from app.search.types import Candidate, SearchContext
 
 @dataclass(frozen=True, slots=True)
 class RelevanceFloor:
-    min_similarity: float = 0.0
+    min_similarity: float = -1.0
 
     @property
     def name(self) -> str:
