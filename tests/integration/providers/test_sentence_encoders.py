@@ -140,6 +140,19 @@ def test_a_damaged_cached_file_is_exported_again(
     assert float(np.abs(encoder.encode(sample) - onnx.encode(sample)).max()) == 0.0
 
 
+def test_a_failed_export_says_how_to_run_on_torch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(directory: Path, threads: int) -> bytes:
+        raise ModuleNotFoundError("No module named 'onnx'")
+
+    monkeypatch.setattr(onnx_encoder, "export", broken)
+
+    with pytest.raises(RuntimeError, match="ENGRAM_EMBEDDER_RUNTIME=torch"):
+        load_encoder("onnx", threads=1, batch_size=16, cache_dir=tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
 async def test_the_service_embedder_uses_the_settings_runtime_and_cache(
     cache_dir: Path, onnx: SentenceEncoder, no_export: list[Path],
 ) -> None:
