@@ -41,6 +41,7 @@ revision: $(STAMP) ## new migration: make revision m="what it does"
 	$(BIN)/alembic revision -m "$(m)"
 
 bench: $(STAMP) ## run every benchmark (prints numbers; takes tens of minutes)
+	$(BIN)/python bench/embed.py
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/search.py
 	$(BIN)/python bench/consolidate.py
