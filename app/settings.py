@@ -13,6 +13,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 EMBEDDING_DIMENSIONS = 384
 """The width of the `embedding` column; every embedder must produce it."""
 
+LOCAL_MODEL_MIN_SIMILARITY = 0.25
+"""The relevance floor measured for the local all-MiniLM-L6-v2 (bench/retrieval_eval.py):
+no recall lost, two thirds of off-topic questions answered with an empty list."""
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
@@ -67,7 +71,8 @@ class Settings(BaseSettings):
     summary_boost_factor: float = Field(default=2.0, ge=1, le=10)
     # A candidate with no full-text match and a cosine similarity under this is dropped,
     # so a query about nothing stored answers an empty list; -1 keeps every candidate.
-    search_min_similarity: float = Field(default=0.25, ge=-1, le=1)
+    # None: the floor measured for the embedder (see `min_similarity`).
+    search_min_similarity: float | None = Field(default=None, ge=-1, le=1)
     # A scope with fewer visible rows than this is ranked exactly instead of through HNSW.
     search_exact_below: int = Field(default=1000, ge=0, le=100_000)
     # In a large scope, at most this many full-text matches are BM25-scored per query,
@@ -136,6 +141,15 @@ class Settings(BaseSettings):
                 "points at api.openai.com"
             )
         return self
+
+    @property
+    def min_similarity(self) -> float:
+        """The relevance floor in force. Cosine scales differ between models, so unset it is
+        the one measured for the local model, and off for an embedder nobody measured here
+        (an OpenAI-compatible one) or one whose vectors mean nothing (hash)."""
+        if self.search_min_similarity is not None:
+            return self.search_min_similarity
+        return LOCAL_MODEL_MIN_SIMILARITY if self.embedder == "local" else -1.0
 
     @cached_property
     def async_database_url(self) -> str | None:

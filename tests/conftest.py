@@ -46,11 +46,10 @@ def database_url(embedded_pg: EmbeddedPostgres) -> str:
 
 @pytest.fixture(scope="session")
 def settings(database_url: str) -> Settings:
-    # Hash vectors carry no meaning, so a cosine floor would drop rows at random: the
-    # suite's searches keep every candidate, and tests/integration/search/
-    # test_search_model.py checks the floor with the real model.
+    # With the hash embedder the relevance floor is off (its vectors carry no meaning);
+    # tests/integration/search/test_search_model.py checks it with the real model.
     return Settings(database_url=database_url, embedder="hash", auth_enabled=True,
-                    search_min_similarity=-1.0, _env_file=None)  # type: ignore[call-arg]
+                    _env_file=None)  # type: ignore[call-arg]
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ def build_pipeline(settings: Settings) -> SearchPipeline:
         recency_half_life_days=settings.search_recency_half_life_days,
         summary_downweight_factor=settings.summary_downweight_factor,
         summary_boost_factor=settings.summary_boost_factor,
-        min_similarity=settings.search_min_similarity,
+        min_similarity=settings.min_similarity,
     ))
 
 

@@ -36,7 +36,8 @@ def test_defaults() -> None:
     assert settings.embedder == "local"
     assert settings.embedder_runtime == "onnx"
     assert settings.model_cache_dir is None
-    assert settings.search_min_similarity == 0.25
+    assert settings.search_min_similarity is None
+    assert settings.min_similarity == 0.25
     assert settings.startup_problem() is None
 
 
@@ -82,6 +83,15 @@ def test_a_bad_runtime_or_floor_is_named(monkeypatch: pytest.MonkeyPatch, name: 
         load()
 
     assert name in format_settings_error(caught.value)
+
+
+@pytest.mark.parametrize(("embedder", "floor"), [("local", 0.25), ("openai", -1.0),
+                                                  ("hash", -1.0)])
+def test_the_relevance_floor_is_the_embedders_unless_set(embedder: str, floor: float) -> None:
+    extra = {"openai_base_url": "http://127.0.0.1:9/v1"} if embedder == "openai" else {}
+
+    assert load(embedder=embedder, **extra).min_similarity == floor
+    assert load(embedder=embedder, search_min_similarity=0.1, **extra).min_similarity == 0.1
 
 
 def test_the_model_cache_follows_the_data_dir_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,11 +5,11 @@ The vector list always holds the scope's nearest rows, however far they are, so
 without a floor a query about something the store has never heard of ("the boiling
 point of tungsten") answers with whatever is least unrelated. A row that matched a query
 term is kept whatever its similarity: the lexical match is the relation. The default
-floor (0.25, `search_min_similarity`) comes from bench/retrieval_eval.py (the README has
-the sweep): with all-MiniLM-L6-v2, 99% of the evidence turns of its questions sit above
-0.32, and up to 0.25 the floor cost no recall while two thirds of the off-topic questions
-came back empty (the rest kept rows sharing a word with them). A floor of -1 keeps every
-candidate.
+floor for the local model (0.25, `Settings.min_similarity`) comes from
+bench/retrieval_eval.py (the README has the sweep): with all-MiniLM-L6-v2, 99% of the
+evidence turns of its questions sit above 0.32, and up to 0.25 the floor cost no recall
+while two thirds of the off-topic questions came back empty (the rest kept rows sharing a
+word with them). A floor of -1 keeps every candidate.
 """
 
 from __future__ import annotations

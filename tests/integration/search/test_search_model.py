@@ -20,7 +20,7 @@ from sqlalchemy import text
 from app.ids import uuid7
 from app.providers.local_embedder import LocalEmbedder
 from app.resources import Resources
-from app.settings import Settings
+from app.settings import LOCAL_MODEL_MIN_SIMILARITY
 from tests.conftest import TenantKey, create_tenant_key, make_client
 
 pytestmark = pytest.mark.model
@@ -71,8 +71,8 @@ async def model_resources(resources: Resources) -> AsyncIterator[Resources]:
     service's default relevance floor (the suite's hash settings turn it off)."""
     embedder = LocalEmbedder(batch_size=32, threads=1)
     await embedder.load()
-    floor = Settings.model_fields["search_min_similarity"].default
-    settings = resources.settings.model_copy(update={"search_min_similarity": floor})
+    settings = resources.settings.model_copy(
+        update={"search_min_similarity": LOCAL_MODEL_MIN_SIMILARITY})
     yield replace(resources, embedder=embedder, settings=settings)
     await embedder.aclose()
 
