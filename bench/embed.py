@@ -32,7 +32,6 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import ingest as ing  # noqa: E402  (the sentence generator)
 import search  # noqa: E402  (the question generator)
 
-from app.providers.local_embedder import DEFAULT_CACHE_DIR  # noqa: E402
 from app.providers.sentence_encoder import SentenceEncoder, load_encoder  # noqa: E402
 
 RUNTIMES = ("onnx", "torch")
@@ -52,7 +51,7 @@ def main() -> None:
     for runtime in RUNTIMES:
         t = time.perf_counter()
         encoders[runtime] = load_encoder(runtime, threads=1, batch_size=BATCH,
-                                         cache_dir=ROOT / DEFAULT_CACHE_DIR)
+                                         cache_dir=ing.model_cache_dir())
         print(f"{runtime}: loaded in {time.perf_counter() - t:.1f} s", flush=True)
         encoders[runtime].encode(questions[:20])
 

@@ -394,6 +394,25 @@ def encode(model: Any, texts: Sequence[str]) -> np.ndarray:
     return np.asarray(out, dtype=np.float32)
 
 
+def model_cache_dir() -> Path:
+    """Where `make run` keeps the local model's ONNX export: the benchmarks and the servers
+    they start share it, so none of them exports it again."""
+    from app.providers.local_embedder import DEFAULT_CACHE_DIR
+
+    return ROOT / DEFAULT_CACHE_DIR
+
+
+def load_service_encoder() -> tuple[str, Any]:
+    """The encoder the service runs (its settings' runtime), on one thread as it runs it:
+    (runtime, app.providers.sentence_encoder.SentenceEncoder)."""
+    from app.providers.sentence_encoder import load_encoder
+    from app.settings import Settings
+
+    runtime = Settings(_env_file=None).embedder_runtime  # type: ignore[call-arg]
+    return runtime, load_encoder(runtime, threads=1, batch_size=SERVICE_BATCH,
+                                 cache_dir=model_cache_dir())
+
+
 def set_threads(n: int) -> None:
     import torch
 
@@ -600,8 +619,6 @@ def free_port() -> int:
 def start_server(
     cleanup: Cleanup, url: str, embedder: str, port: int, tmp: Path, profile_out: Path | None
 ) -> tuple[subprocess.Popen[bytes], Path]:
-    from app.providers.local_embedder import DEFAULT_CACHE_DIR
-
     env = dict(os.environ)
     env.update(
         {
@@ -612,7 +629,7 @@ def start_server(
             "ENGRAM_AUTH_ENABLED": "false",
             "ENGRAM_DATA_DIR": str(tmp / "engram-data"),
             # The ONNX export is kept where `make run` keeps it, not re-made per run.
-            "ENGRAM_MODEL_CACHE_DIR": str(ROOT / DEFAULT_CACHE_DIR),
+            "ENGRAM_MODEL_CACHE_DIR": str(model_cache_dir()),
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
             "PYTHONPATH": str(ROOT),
@@ -1456,15 +1473,8 @@ async def run(args: argparse.Namespace, cleanup: Cleanup, res: dict[str, Any]) -
     texts = make_sentences(args.seed + 100, args.embed_sentences)
     floor_probe = CpuProbe(pm_pid, None)
     floors: dict[str, list[dict[str, Any]]] = {"E": [], "I": []}
-    from app.providers.local_embedder import DEFAULT_CACHE_DIR
-    from app.providers.sentence_encoder import load_encoder
-    from app.settings import Settings
-
-    runtime = Settings(_env_file=None).embedder_runtime  # type: ignore[call-arg]
+    runtime, service_encoder = await asyncio.to_thread(load_service_encoder)
     if runtime != "torch":
-        service_encoder = await asyncio.to_thread(
-            load_encoder, runtime, threads=1, batch_size=SERVICE_BATCH,
-            cache_dir=ROOT / DEFAULT_CACHE_DIR)
         e = await asyncio.to_thread(measure_embedder, service_encoder, texts, 1,
                                     args.embed_singles, floor_probe, runtime)
         floors["E"].append(e)

@@ -134,9 +134,6 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import ingest as ing  # noqa: E402  (bench/ingest.py: generator, COPY helpers, process control)
 
-from app.providers.local_embedder import DEFAULT_CACHE_DIR  # noqa: E402
-from app.providers.sentence_encoder import load_encoder  # noqa: E402
-
 DIM = ing.DIM
 HNSW_INDEX = ing.HNSW_INDEX
 CLASSES = ("unscoped", "small_user", "large_user")
@@ -1143,7 +1140,7 @@ def start_server(
             "ENGRAM_EMBEDDER": "local",
             "ENGRAM_AUTH_ENABLED": "false",
             "ENGRAM_DATA_DIR": str(tmp / "engram-data"),
-            "ENGRAM_MODEL_CACHE_DIR": str(ROOT / DEFAULT_CACHE_DIR),
+            "ENGRAM_MODEL_CACHE_DIR": str(ing.model_cache_dir()),
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
             "PYTHONPATH": str(ROOT),
@@ -1717,13 +1714,7 @@ async def run(args: argparse.Namespace, cleanup: ing.Cleanup, res: dict[str, Any
     qvecs = await asyncio.to_thread(ing.encode, model, questions)
     # The service's own encoder, for the embedding floor (its ONNX export shared with
     # the service through the cache folder).
-    from app.settings import Settings
-
-    runtime = Settings(_env_file=None).embedder_runtime  # type: ignore[call-arg]
-    res["embedder_runtime"] = runtime
-    encoder = await asyncio.to_thread(load_encoder, runtime, threads=1,
-                                      batch_size=ing.SERVICE_BATCH,
-                                      cache_dir=ROOT / DEFAULT_CACHE_DIR)
+    res["embedder_runtime"], encoder = await asyncio.to_thread(ing.load_service_encoder)
 
     for rows in args.rows:
         log(f"=== {rows:,} rows ===")

@@ -68,11 +68,11 @@ class Corpus:
 @pytest.fixture(scope="module")
 async def model_resources(resources: Resources) -> AsyncIterator[Resources]:
     """The suite's database with the real model in place of the hash embedder, and the
-    service's default relevance floor (the suite's hash settings turn it off)."""
+    settings of the local embedder, so its default relevance floor (the hash one's is off)."""
     embedder = LocalEmbedder(batch_size=32, threads=1)
     await embedder.load()
-    settings = resources.settings.model_copy(
-        update={"search_min_similarity": LOCAL_MODEL_MIN_SIMILARITY})
+    settings = resources.settings.model_copy(update={"embedder": "local"})
+    assert settings.min_similarity == LOCAL_MODEL_MIN_SIMILARITY
     yield replace(resources, embedder=embedder, settings=settings)
     await embedder.aclose()
 
@@ -123,6 +123,16 @@ async def corpus(model_resources: Resources) -> Corpus:
 async def model_client(model_resources: Resources,
                        corpus: Corpus) -> AsyncIterator[httpx.AsyncClient]:
     async with make_client(model_resources, corpus.tenant.headers) as c:
+        yield c
+
+
+@pytest.fixture
+async def unfloored_client(model_resources: Resources,
+                           corpus: Corpus) -> AsyncIterator[httpx.AsyncClient]:
+    """Every candidate kept (search_min_similarity -1), so a scope's whole content shows."""
+    settings = model_resources.settings.model_copy(update={"search_min_similarity": -1.0})
+    async with make_client(replace(model_resources, settings=settings),
+                           corpus.tenant.headers) as c:
         yield c
 
 
@@ -247,16 +257,6 @@ async def test_the_floor_keeps_related_rows_and_says_why(
 
 
 # --- scope filters never leak ----------------------------------------------------------------
-
-
-@pytest.fixture
-async def unfloored_client(model_resources: Resources,
-                           corpus: Corpus) -> AsyncIterator[httpx.AsyncClient]:
-    """Every candidate kept (search_min_similarity -1), so a scope's whole content shows."""
-    settings = model_resources.settings.model_copy(update={"search_min_similarity": -1.0})
-    async with make_client(replace(model_resources, settings=settings),
-                           corpus.tenant.headers) as c:
-        yield c
 
 
 @pytest.mark.parametrize(("user", "question"), [
