@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Protocol
 
 from fastapi import Request
 from sqlalchemy.ext.asyncio import (
@@ -15,6 +16,13 @@ from sqlalchemy.ext.asyncio import (
 from app.settings import Settings
 
 CONNECT_TIMEOUT_SECONDS = 10
+
+
+class Fetcher(Protocol):
+    """One read statement, one round trip, no transaction: what the hot read paths (the
+    search statements, the API key lookup) run on app/search/reader.py's asyncpg pool."""
+
+    async def fetch(self, query: str, *args: Any) -> Sequence[Sequence[Any]]: ...
 
 
 def server_settings(settings: Settings) -> dict[str, str]:

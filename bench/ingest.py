@@ -617,8 +617,11 @@ def free_port() -> int:
 
 
 def start_server(
-    cleanup: Cleanup, url: str, embedder: str, port: int, tmp: Path, profile_out: Path | None
+    cleanup: Cleanup, url: str, embedder: str, port: int, tmp: Path, profile_out: Path | None,
+    extra_env: dict[str, str] | None = None, name: str = "",
 ) -> tuple[subprocess.Popen[bytes], Path]:
+    """`python -m app serve` on `url` (auth off unless `extra_env` turns it on); its log is
+    tmp/server-<embedder><name>.log."""
     env = dict(os.environ)
     env.update(
         {
@@ -635,12 +638,13 @@ def start_server(
             "PYTHONPATH": str(ROOT),
         }
     )
+    env.update(extra_env or {})
     if profile_out is not None:
         env["ENGRAM_BENCH_PROFILE_OUT"] = str(profile_out)
         cmd = [sys.executable, str(ROOT / "bench" / "ingest_profile_server.py")]
     else:
         cmd = [sys.executable, "-m", "app", "serve"]
-    log_path = tmp / f"server-{embedder}.log"
+    log_path = tmp / f"server-{embedder}{name}.log"
     with open(log_path, "wb") as fh:
         proc = subprocess.Popen(
             cmd,

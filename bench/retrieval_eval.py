@@ -94,7 +94,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker  # noqa: E40
 from app.consolidation.ops.extractive import extract  # noqa: E402
 from app.consolidation.ops.facts import fact_tokens, split_sentences  # noqa: E402
 from app.consolidation.types import Entry  # noqa: E402
-from app.db import create_engine, create_sessionmaker  # noqa: E402
+from app.db import Fetcher, create_engine, create_sessionmaker  # noqa: E402
 from app.embedded_db import start_embedded  # noqa: E402
 from app.ids import uuid7  # noqa: E402
 from app.memories.repository import MemoryRepository  # noqa: E402
@@ -104,7 +104,7 @@ from app.migrate import upgrade_to_head  # noqa: E402
 from app.providers.embedder import Vector  # noqa: E402
 from app.providers.local_embedder import LocalEmbedder  # noqa: E402
 from app.search.config import build_limits, build_pipeline  # noqa: E402
-from app.search.reader import Fetcher, SearchReader  # noqa: E402
+from app.search.reader import SearchReader  # noqa: E402
 from app.search.repository import (  # noqa: E402
     QUERY_TERM_CTES,
     RetrievalLimits,

@@ -6,14 +6,15 @@ request's SQLAlchemy session the single statement of the time cost five round tr
 and 3-4.5 ms more than the statement alone at 100k rows (bench/search.py). Here the
 connections start with the settings the statements need (generic plans, no parallel
 workers), are not pinged, and are not reset on release: a search changes no session
-state.
+state. The API key lookup of every authenticated request (app/auth.py) runs here too,
+for the same reason: one read statement.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -24,13 +25,12 @@ from app.settings import Settings
 log = logging.getLogger("engram.search")
 
 # A pooled connection the server closed (restart, idle timeout, terminated backend).
-_STALE = (asyncpg.PostgresConnectionError, asyncpg.AdminShutdownError, ConnectionError)
-
-
-class Fetcher(Protocol):
-    """What the search repository needs: run one statement, get its rows."""
-
-    async def fetch(self, query: str, *args: Any) -> Sequence[Sequence[Any]]: ...
+# InternalClientError too: a connection whose backend was terminated while it sat idle
+# can be handed out before asyncpg has seen its socket close, and its first statement
+# then fails with "another operation is in progress" (the unsolicited FATAL message left
+# its protocol mid-answer). Every statement here only reads, so a retry is safe.
+_STALE = (asyncpg.PostgresConnectionError, asyncpg.AdminShutdownError, ConnectionError,
+          asyncpg.InternalClientError)
 
 
 def search_server_settings(settings: Settings) -> dict[str, str]:
@@ -51,7 +51,8 @@ async def _keep_session(conn: Any) -> None:
 
 
 class SearchReader:
-    """An asyncpg pool on the engine's database, for the search statements only."""
+    """An asyncpg pool on the engine's database, for the search statements and the other
+    single read statements on every request's path (the API key lookup): a Fetcher."""
 
     def __init__(self, pool: Any) -> None:
         self._pool = pool

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from app.db import Fetcher
 from app.memories.schemas import Memory
-from app.search.reader import Fetcher
 from app.settings import EMBEDDING_DIMENSIONS
 
 

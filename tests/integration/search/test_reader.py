@@ -1,5 +1,5 @@
-"""The search's own asyncpg pool: the session its statements run in, and its recovery
-when the server drops its connections."""
+"""The search's own asyncpg pool (the API key lookup's too): the session its statements
+run in, and its recovery when the server drops its connections."""
 
 from __future__ import annotations
 
@@ -45,3 +45,25 @@ async def test_a_search_after_the_server_dropped_its_connections_still_answers(
 
     assert again.status_code == 200, again.text
     assert [r["memory"]["id"] for r in again.json()["results"]] == [created.json()["id"]]
+
+
+async def test_the_key_lookup_after_the_server_dropped_the_pools_connections_still_answers(
+    resources: Resources, client: httpx.AsyncClient, tenant: TenantKey,
+) -> None:
+    """Every authenticated request looks its key up on this pool first (app/auth.py), not
+    only searches."""
+    created = await client.post("/v1/memories", json={"content": "Alice keeps bees"})
+    assert created.status_code == 201, created.text
+    memory_id = created.json()["id"]
+
+    async with resources.engine.connect() as conn:
+        killed = (await conn.execute(text(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name = 'engram-search'"
+        ))).scalar_one()
+    assert killed >= 1
+
+    again = await client.get(f"/v1/memories/{memory_id}")
+
+    assert again.status_code == 200, again.text
+    assert again.json()["content"] == "Alice keeps bees"
