@@ -26,6 +26,16 @@ async def test_search_connections_start_with_the_plan_settings(resources: Resour
     )
 
 
+async def drop_the_pools_connections(resources: Resources) -> None:
+    """What a server restart does to the pool: every one of its backends terminated."""
+    async with resources.engine.connect() as conn:
+        killed = (await conn.execute(text(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name = 'engram-search'"
+        ))).scalar_one()
+    assert killed >= 1
+
+
 async def test_a_search_after_the_server_dropped_its_connections_still_answers(
     resources: Resources, client: httpx.AsyncClient, tenant: TenantKey,
 ) -> None:
@@ -34,12 +44,7 @@ async def test_a_search_after_the_server_dropped_its_connections_still_answers(
     first = await client.post("/v1/search", json={"query": "bees"})
     assert first.status_code == 200, first.text
 
-    async with resources.engine.connect() as conn:
-        killed = (await conn.execute(text(
-            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE application_name = 'engram-search'"
-        ))).scalar_one()
-    assert killed >= 1
+    await drop_the_pools_connections(resources)
 
     again = await client.post("/v1/search", json={"query": "bees"})
 
@@ -56,12 +61,7 @@ async def test_the_key_lookup_after_the_server_dropped_the_pools_connections_sti
     assert created.status_code == 201, created.text
     memory_id = created.json()["id"]
 
-    async with resources.engine.connect() as conn:
-        killed = (await conn.execute(text(
-            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE application_name = 'engram-search'"
-        ))).scalar_one()
-    assert killed >= 1
+    await drop_the_pools_connections(resources)
 
     again = await client.get(f"/v1/memories/{memory_id}")
 
