@@ -22,7 +22,6 @@ import asyncio
 import json
 import os
 import random
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -59,10 +58,6 @@ async def create_key(url: str) -> str:
     finally:
         await engine.dispose()
     return key
-
-
-def percentile(xs: list[float], q: float) -> float:
-    return sorted(xs)[min(len(xs) - 1, int(q * len(xs)))]
 
 
 async def run(args: argparse.Namespace, cleanup: ing.Cleanup) -> dict[str, Any]:
@@ -118,7 +113,7 @@ async def run(args: argparse.Namespace, cleanup: ing.Cleanup) -> dict[str, Any]:
                            "loadavg": os.getloadavg()[0], "results": {}}
     for what, by_client in times.items():
         out["results"][what] = {
-            label: {"p50": statistics.median(xs), "p95": percentile(xs, 0.95)}
+            label: {"p50": ing.pct(xs, 50), "p95": ing.pct(xs, 95)}
             for label, xs in by_client.items()
         }
     return out
