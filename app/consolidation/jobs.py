@@ -15,9 +15,9 @@ from datetime import timedelta
 from typing import Any
 
 from app.consolidation.auto import AUTO_JOB
-from app.consolidation.runs import ConsolidationRunner, ScopeBusy
+from app.consolidation.runs import RUN_JOB, ConsolidationRunner, ScopeBusy
 from app.consolidation.schemas import ConsolidationRequest
-from app.consolidation.service import RUN_JOB, compose
+from app.consolidation.service import compose
 from app.errors import ValidationFailed
 from app.worker.registry import JobContext, JobRegistry, RetryLater
 
@@ -34,6 +34,20 @@ def _busy_delay(attempt: int) -> timedelta:
 async def run_queued(context: JobContext, payload: Mapping[str, Any]) -> None:
     runner = ConsolidationRunner(context.resources, uuid.UUID(payload["tenant_id"]))
     run_id = uuid.UUID(payload["run_id"])
+    try:
+        await _run_queued(context, runner, run_id)
+    except Exception as exc:
+        # A started run records its own failure, so this one has not started: after the
+        # last try the job is dropped, so say why now. If the database is what fails, this
+        # cannot be written either, and the sweep marks the run once it can.
+        if context.last_try:
+            await runner.give_up(run_id, "the run never started; its last try failed: "
+                                         f"{exc.__class__.__name__}: {exc}"[:1000])
+        raise
+
+
+async def _run_queued(context: JobContext, runner: ConsolidationRunner,
+                      run_id: uuid.UUID) -> None:
     run = await runner.load(run_id)
     if run.status != "running":
         return  # done already: a second delivery

@@ -1,7 +1,7 @@
 """SQL for consolidation: candidates, the per-group write, revert, and run records.
 
-Every statement is confined to the repository's tenant; the crash sweep, which looks
-at every tenant's running runs, is the one module-level function.
+Every statement is confined to the repository's tenant; the crash sweep's two, which look
+at every tenant's running runs, are the module-level functions.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from app.consolidation.schemas import ConsolidationRequest
 from app.consolidation.types import Entry
 from app.memories.repository import live
 from app.models import ConsolidationRun, Memory
+from app.worker.queue import job_pending
 
 
 def _among(ids: Sequence[uuid.UUID]) -> ColumnElement[bool]:
@@ -334,4 +335,25 @@ ABANDONED_RUNS = text("""
 async def fail_abandoned(session: AsyncSession, error: str) -> list[tuple[uuid.UUID, uuid.UUID]]:
     """Mark failed every started run whose lock holder no longer holds its lock."""
     rows = (await session.execute(ABANDONED_RUNS, {"error": error})).all()
+    return [(r.tenant_id, r.id) for r in rows]
+
+
+# One statement, so one snapshot: a worker claims a run (started_at) before its job ends,
+# so a queued run seen with no job left was never claimed and never will be.
+NEVER_STARTED_RUNS = text(f"""
+    UPDATE consolidation_runs AS r
+       SET status = 'failed', finished_at = now(), error = :error
+     WHERE r.status = 'running'
+       AND r.lock_pid IS NULL AND r.started_at IS NULL
+       AND NOT {job_pending("r.id::text")}
+    RETURNING r.tenant_id, r.id
+""")
+
+
+async def fail_never_started(session: AsyncSession, error: str,
+                             job: str) -> list[tuple[uuid.UUID, uuid.UUID]]:
+    """Mark failed every queued run whose job (entry point `job`, payload `run_id`) has
+    left the queue without starting it: it failed on every try, or was deleted."""
+    rows = (await session.execute(NEVER_STARTED_RUNS, {
+        "error": error, "job_entrypoint": job, "job_payload_key": "run_id"})).all()
     return [(r.tenant_id, r.id) for r in rows]

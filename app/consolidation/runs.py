@@ -21,7 +21,11 @@ from app.consolidation.config import SimilarityClusterConfig
 from app.consolidation.executor import GroupExecutor, planned_group
 from app.consolidation.locks import ScopeLock, run_lock_key
 from app.consolidation.registry import Composition
-from app.consolidation.repository import ConsolidationRepository, fail_abandoned
+from app.consolidation.repository import (
+    ConsolidationRepository,
+    fail_abandoned,
+    fail_never_started,
+)
 from app.consolidation.schemas import ConsolidationGroup, ConsolidationRequest
 from app.consolidation.txn import RunTransactions
 from app.consolidation.types import OpContext
@@ -32,8 +36,13 @@ from app.resources import Resources
 
 log = logging.getLogger("engram.consolidation")
 
+RUN_JOB = "consolidation.run"
+"""The job that runs a queued (`async: true`) run; its payload names the run."""
+
 CUT_OFF = ("the run was cut off (the process running it stopped or crashed); "
            "groups it committed stay committed")
+NEVER_STARTED = ("the run never started: its queued job ended without running it (every "
+                 "try failed; the worker's log says why); nothing was changed")
 
 
 class ScopeBusy(Conflict):
@@ -252,7 +261,13 @@ def reconcile_groups(run: ConsolidationRun,
 
 async def fail_abandoned_runs(sessionmaker: Any) -> int:
     """Mark failed every started run whose lock is no longer held by its holder (the
-    process died), and rebuild its groups from what it committed."""
+    process died), and rebuild its groups from what it committed; and every queued run
+    whose job ended without starting it, which wrote nothing."""
+    async with sessionmaker() as session, session.begin():
+        never_started = await fail_never_started(session, NEVER_STARTED, RUN_JOB)
+    for tenant_id, run_id in never_started:
+        log.warning("consolidation run %s of tenant %s never started: its job is gone",
+                    run_id, tenant_id)
     async with sessionmaker() as session, session.begin():
         failed = await fail_abandoned(session, CUT_OFF)
     for tenant_id, run_id in failed:
@@ -262,4 +277,4 @@ async def fail_abandoned_runs(sessionmaker: Any) -> int:
             if run is not None:
                 groups = reconcile_groups(run, await repo.summaries_of_run(run_id))
                 await repo.update_run(run_id, {"groups": groups})
-    return len(failed)
+    return len(failed) + len(never_started)

@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.consolidation.locks import lock_is_free, run_lock_key
 from app.consolidation.registry import Composition, build_composition
 from app.consolidation.repository import ConsolidationRepository
-from app.consolidation.runs import ConsolidationRunner, run_values
+from app.consolidation.runs import RUN_JOB, ConsolidationRunner, run_values
 from app.consolidation.schemas import (
     ConsolidationComposition,
     ConsolidationGroup,
@@ -28,8 +28,6 @@ from app.memories.cursor import decode_cursor, encode_cursor
 from app.models import ConsolidationRun
 from app.resources import Resources
 from app.worker.queue import enqueue
-
-RUN_JOB = "consolidation.run"
 
 GUARD = ("name a scope (user_id, agent_id, session_id, namespace) or a criterion (tags, "
          "categories, older_than_seconds, max_importance below 1): without one the run "

@@ -20,7 +20,8 @@ def default_registry() -> JobRegistry:
 
 
 async def recover(resources: Resources) -> None:
-    """Mark work a crash cut off; logged, never fatal (the next sweep retries)."""
+    """Mark work a crash cut off, or a queued run whose job is gone; logged, never fatal
+    (the next sweep retries)."""
     from app.consolidation.runs import fail_abandoned_runs
 
     try:
@@ -29,4 +30,5 @@ async def recover(resources: Resources) -> None:
         log.exception("recovering abandoned consolidation runs failed")
         return
     if failed:
-        log.warning("marked %d consolidation runs cut off by a crash as failed", failed)
+        log.warning("marked failed %d consolidation runs cut off by a crash or never started",
+                    failed)

@@ -1,7 +1,8 @@
 """The queue's names and transactional enqueue.
 
 `enqueue` writes the job through the caller's own SQLAlchemy session (its raw asyncpg
-connection), so the job commits or vanishes with the rows that caused it.
+connection), so the job commits or vanishes with the rows that caused it. `job_pending`
+lets a domain's SQL ask whether the job for one of its rows can still run.
 """
 
 from __future__ import annotations
@@ -81,3 +82,15 @@ async def enqueue(
         job, body, execute_after=delay, dedupe_key=dedupe_key, on_conflict="skip"
     )
     return int(ids[0]) if ids[0] is not None else None
+
+
+def job_pending(payload_value_sql: str) -> str:
+    """A SQL predicate: a job of entry point `:job_entrypoint` whose payload holds
+    `:job_payload_key` = `payload_value_sql` is still in the queue (waiting, running,
+    or waiting to retry). pgqueuer deletes a job's row once the job has ended, succeeded
+    or failed for good, so a row whose job is not pending will never be picked up."""
+    return f"""EXISTS (
+        SELECT 1 FROM {QUEUE_SCHEMA}.{QUEUE_SETTINGS.queue_table} AS job
+         WHERE job.entrypoint = :job_entrypoint
+           AND convert_from(job.payload, 'UTF8')::jsonb ->> :job_payload_key
+               = {payload_value_sql})"""

@@ -14,11 +14,17 @@ if TYPE_CHECKING:
 @dataclass(frozen=True, slots=True)
 class JobContext:
     """What a handler gets besides its payload: the process's resources and which try
-    this is (1 for the first), so a handler can give up on a condition that persists."""
+    this is (1 for the first) of how many, so a handler can give up on a condition that
+    persists, or record a failure on its last try (after it the job is dropped)."""
 
     resources: Resources
     job_id: int
     attempt: int
+    max_attempts: int = 1
+
+    @property
+    def last_try(self) -> bool:
+        return self.attempt >= self.max_attempts
 
 
 Handler = Callable[[JobContext, Mapping[str, Any]], Awaitable[None]]

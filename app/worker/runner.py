@@ -117,7 +117,8 @@ class Worker:
     def _entrypoint(self, spec: JobSpec) -> Callable[[Job], Awaitable[None]]:
         async def run(job: Job) -> None:
             payload = json.loads(job.payload or b"{}")
-            context = JobContext(self.resources, int(job.id), job.attempts + 1)
+            context = JobContext(self.resources, int(job.id), job.attempts + 1,
+                                 spec.max_attempts)
             try:
                 await spec.handler(context, payload)
             except RetryLater as retry:

@@ -1,25 +1,40 @@
 """A run cut off by a crash is never left running: the sweep marks it failed, keeps what
-it committed, and leaves alone a run whose lock is still held."""
+it committed, and leaves alone a run whose lock is still held. Nor is a queued run whose
+job ended without starting it: its last try says why, or the sweep marks it."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import uuid
+from datetime import timedelta
 
 import httpx
+import pytest
 from sqlalchemy import text
 
+from app.consolidation.jobs import run_queued
 from app.consolidation.locks import ScopeLock
 from app.consolidation.registry import build_composition
 from app.consolidation.repository import ConsolidationRepository, GroupWriter
-from app.consolidation.runs import CUT_OFF, ConsolidationRunner, fail_abandoned_runs, run_values
+from app.consolidation.runs import (
+    CUT_OFF,
+    NEVER_STARTED,
+    RUN_JOB,
+    ConsolidationRunner,
+    fail_abandoned_runs,
+    run_values,
+)
 from app.consolidation.schemas import ConsolidationRequest
 from app.consolidation.service import compose
+from app.db import create_engine
 from app.ids import uuid7
 from app.resources import Resources
+from app.worker.jobs import default_registry
+from app.worker.registry import JobContext
+from app.worker.runner import Worker
 from tests.conftest import TenantKey, make_client
-from tests.integration.consolidation.conftest import GatedLLM, memory, seed
+from tests.integration.consolidation.conftest import GatedLLM, memory, seed, summaries, wait_for_run
 
 
 async def dead_backend_pid(resources: Resources) -> int:
@@ -121,3 +136,92 @@ async def test_a_cancelled_run_marks_itself_failed(
         llm.release.set()
         again = await client.post("/v1/consolidations", json={"user_id": "u1"})
         assert again.status_code == 200
+
+
+async def queue_run(client: httpx.AsyncClient) -> str:
+    """An async run, recorded and queued; no worker runs in these tests unless started."""
+    await seed(client, [memory(f"note {i}", i) for i in range(3)])
+    resp = await client.post("/v1/consolidations", json={"user_id": "u1", "async": True})
+    assert resp.status_code == 202, resp.text
+    run_id: str = resp.json()["id"]
+    return run_id
+
+
+async def run_job_ids(resources: Resources, run_id: str) -> list[int]:
+    async with resources.engine.connect() as conn:
+        rows = await conn.execute(text(
+            "SELECT id FROM pgqueuer.pgqueuer WHERE entrypoint = :job "
+            "AND convert_from(payload, 'UTF8')::jsonb ->> 'run_id' = :run_id"),
+            {"job": RUN_JOB, "run_id": run_id})
+        return [int(r.id) for r in rows]
+
+
+async def test_a_queued_run_whose_job_is_gone_is_marked_failed_by_the_sweep(
+    client: httpx.AsyncClient, resources: Resources,
+) -> None:
+    run_id = await queue_run(client)
+    (job_id,) = await run_job_ids(resources, run_id)
+    # pgqueuer deletes a job's row when it drops the job after its last try; here the
+    # database was down through that try too, so the handler could not record anything.
+    async with resources.engine.begin() as conn:
+        await conn.execute(text("DELETE FROM pgqueuer.pgqueuer WHERE id = :id"),
+                           {"id": job_id})
+
+    assert await fail_abandoned_runs(resources.sessionmaker) >= 1
+
+    run = (await client.get(f"/v1/consolidations/{run_id}")).json()
+    assert (run["status"], run["error"], run["started_at"]) == ("failed", NEVER_STARTED, None)
+    assert run["finished_at"] is not None
+    assert await summaries(client, user_id="u1") == []
+    # Failed, not running: the scope is free and a new run goes through.
+    again = await client.post("/v1/consolidations", json={"user_id": "u1"})
+    assert again.status_code == 200, again.text
+
+
+async def test_a_queued_run_whose_job_still_waits_is_left_for_a_worker(
+    client: httpx.AsyncClient, resources: Resources,
+) -> None:
+    run_id = await queue_run(client)
+
+    await fail_abandoned_runs(resources.sessionmaker)
+
+    run = (await client.get(f"/v1/consolidations/{run_id}")).json()
+    assert (run["status"], run["started_at"]) == ("running", None)
+    # A worker started later (none was enabled) still runs it.
+    worker = Worker(resources, default_registry(), poll_interval=timedelta(seconds=1))
+    await worker.start()
+    try:
+        done = await wait_for_run(client, run_id)
+    finally:
+        await worker.stop()
+    assert done["status"] == "succeeded", done
+    assert len(await summaries(client, user_id="u1")) == 1
+    assert await run_job_ids(resources, run_id) == []
+
+
+async def test_a_queued_runs_last_failed_try_marks_it_failed_with_the_cause(
+    client: httpx.AsyncClient, resources: Resources, tenant: TenantKey,
+) -> None:
+    run_id = await queue_run(client)
+    payload = {"tenant_id": str(tenant.tenant_id), "run_id": run_id}
+    # Nothing listens on port 1: the run's own connection (for the scope lock) is refused.
+    unreachable = create_engine("postgresql+asyncpg://engram@127.0.0.1:1/engram",
+                                resources.settings)
+    broken = dataclasses.replace(resources, engine=unreachable, background=[])
+    try:
+        with pytest.raises(ConnectionRefusedError):
+            await run_queued(JobContext(broken, 1, attempt=1, max_attempts=3), payload)
+        run = (await client.get(f"/v1/consolidations/{run_id}")).json()
+        assert (run["status"], run["started_at"]) == ("running", None)  # it will retry
+
+        with pytest.raises(ConnectionRefusedError):
+            await run_queued(JobContext(broken, 1, attempt=3, max_attempts=3), payload)
+    finally:
+        await unreachable.dispose()
+
+    run = (await client.get(f"/v1/consolidations/{run_id}")).json()
+    assert run["status"] == "failed"
+    assert run["error"].startswith("the run never started; its last try failed: "), run
+    assert "Error" in run["error"]
+    assert run["started_at"] is None
+    assert await summaries(client, user_id="u1") == []
