@@ -36,6 +36,7 @@ def server_settings(settings: Settings) -> dict[str, str]:
         # the filter (pgvector 0.8); otherwise a scoped search returns too few.
         "hnsw.iterative_scan": "relaxed_order",
         "hnsw.ef_search": str(settings.hnsw_ef_search),
+        "hnsw.max_scan_tuples": str(settings.hnsw_max_scan_tuples),
     }
 
 

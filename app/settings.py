@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     search_min_similarity: float | None = Field(default=None, ge=-1, le=1)
     # A scope with fewer visible rows than this is ranked exactly instead of through HNSW.
     search_exact_below: int = Field(default=1000, ge=0, le=100_000)
+    # Also ranked exactly: a tenant so small a share of the HNSW index that its scan would
+    # cost more than reading the tenant (app/search/vector_path.py); 0 turns that off.
+    search_exact_cost_ratio: float = Field(default=9.0, ge=0, le=1000)
     # In a large scope, at most this many full-text matches are BM25-scored per query,
     # found through the query's rarest terms; a term in more rows than text_max_df is
     # never used to find rows (its GIN bitmap is the cost), only to score them.
@@ -83,6 +86,10 @@ class Settings(BaseSettings):
     search_bm25_k1: float = Field(default=0.8, ge=0, le=10)
     search_bm25_b: float = Field(default=0.25, ge=0, le=1)
     hnsw_ef_search: int = Field(default=40, ge=1, le=1000)
+    # How many index tuples a filtered HNSW scan visits before it gives up (pgvector's
+    # default); a scope that is a sliver of the index can then come back short, and the
+    # search ranks it exactly instead (app/search/repository.py).
+    hnsw_max_scan_tuples: int = Field(default=20_000, ge=1, le=10_000_000)
     # How often the term statistics' delta rows are summed (app/search/term_stats.py).
     term_stats_fold_seconds: float = Field(default=5.0, gt=0, le=3600)
 

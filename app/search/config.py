@@ -26,6 +26,7 @@ def build_limits(settings: Settings) -> RetrievalLimits:
         vector_candidates=settings.search_vector_candidates,
         text_candidates=settings.search_text_candidates,
         exact_below=settings.search_exact_below,
+        exact_cost_ratio=settings.search_exact_cost_ratio,
         text_match_cap=settings.search_text_match_cap,
         text_max_df=settings.search_text_max_df,
         bm25_k1=settings.search_bm25_k1,

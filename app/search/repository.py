@@ -11,9 +11,12 @@ Both share one filter (tenant, scope, tags, categories, not archived, not expire
   cannot make the tail grow with the table.
 - Vector (`candidates`): a small scope is ranked by exact cosine distance over the btree
   on the scope (`+ 0` keeps the planner off the HNSW index, which returns too few rows
-  for a small scope); a larger one goes through HNSW with pgvector's iterative scan. The
-  choice is a one-time filter on the text statement's `small` probe, so only one branch
-  runs. The same statement reads the rows of both lists.
+  for a small scope), and so is a tenant too small a share of the HNSW index for its
+  filtered scan to pay (app/search/vector_path.py, from sizes the text statement returns);
+  a larger one goes through HNSW with pgvector's iterative scan. The choice is a one-time
+  filter on a parameter, so only one branch runs. HNSW coming back with fewer rows than
+  asked (a scope too sparse in the index for its scan limit) runs the statement again on
+  the exact branch. The same statement reads the rows of both lists.
 
 The text statement needs no query vector, so the service runs it while the query is
 embedded: a search waits for one round trip after the embedding, as with a single
@@ -38,6 +41,7 @@ from typing import Any, NamedTuple
 
 from app.db import Fetcher
 from app.memories.schemas import Memory
+from app.search.vector_path import prefers_exact
 from app.settings import EMBEDDING_DIMENSIONS
 
 
@@ -62,6 +66,7 @@ class RetrievalLimits:
     vector_candidates: int = 20
     text_candidates: int = 50
     exact_below: int = 1000
+    exact_cost_ratio: float = 9.0
     text_match_cap: int = 500
     text_max_df: int = 5000
     bm25_k1: float = 1.2
@@ -70,12 +75,15 @@ class RetrievalLimits:
 
 @dataclass(frozen=True, slots=True)
 class TextMatches:
-    """The full-text list (ids best first, their BM25 scores) and whether the scope was
-    small enough for the exact branches."""
+    """The full-text list (ids best first, their BM25 scores), whether the scope was
+    small enough for the exact branches, and the sizes the vector ranking is chosen by:
+    the tenant's active rows and the HNSW index's (an estimate; 0 when unknown)."""
 
     small: bool
     ids: tuple[uuid.UUID, ...] = ()
     scores: tuple[float, ...] = ()
+    tenant_rows: float = 0.0
+    index_rows: float = 0.0
 
 
 class RetrievedRow(NamedTuple):
@@ -208,7 +216,11 @@ txt AS MATERIALIZED (
 )
 SELECT (SELECT yes FROM small) AS small,
        coalesce((SELECT array_agg(id ORDER BY score DESC, id) FROM txt), '{{}}') AS ids,
-       coalesce((SELECT array_agg(score ORDER BY score DESC, id) FROM txt), '{{}}') AS scores
+       coalesce((SELECT array_agg(score ORDER BY score DESC, id) FROM txt), '{{}}') AS scores,
+       coalesce((SELECT df FROM tenant_stats WHERE lexeme = ''), 0) AS tenant_rows,
+       -- The planner's estimate, kept by (auto)vacuum: a catalog lookup, no count.
+       (SELECT greatest(reltuples, 0)::float8 FROM pg_class
+         WHERE oid = CAST('ix_memories_embedding_hnsw' AS regclass)) AS index_rows
 """
 
 # The text list comes back in as arrays (its rank is the position); `small` is the text
@@ -384,9 +396,10 @@ class SearchRepository:
             "k1": limits.bm25_k1,
             "b": limits.bm25_b,
         }
-        ((small, ids, scores),) = await self._fetch(_TEXT_SQL, filters, params,
-                                                    self._sizes(limits, 0), probe=True)
-        return TextMatches(small=small, ids=tuple(ids), scores=tuple(scores))
+        ((small, ids, scores, tenant_rows, index_rows),) = await self._fetch(
+            _TEXT_SQL, filters, params, self._sizes(limits, 0), probe=True)
+        return TextMatches(small=small, ids=tuple(ids), scores=tuple(scores),
+                           tenant_rows=tenant_rows, index_rows=index_rows or 0.0)
 
     async def candidates(
         self,
@@ -397,16 +410,26 @@ class SearchRepository:
         top_k: int = 0,
     ) -> list[RetrievedRow]:
         """The vector list, and the rows of both lists with their ranks and scores."""
+        sizes = self._sizes(limits, top_k)
+        # The tenant's rows bound a narrower scope's (see prefers_exact).
+        exact = text.small or prefers_exact(text.tenant_rows, text.index_rows, sizes["kv"],
+                                            limits.exact_cost_ratio)
         params: dict[str, Any] = {
             "tenant_id": self.tenant_id,
             "q": _VECTOR_TEXT % tuple(query_vector),
-            "small": text.small,
+            "small": exact,
             "text_ids": list(text.ids),
             "text_scores": list(text.scores),
         }
-        result = await self._fetch(_VECTOR_SQL, filters, params, self._sizes(limits, top_k))
+        result = await self._fetch(_VECTOR_SQL, filters, params, sizes)
         # By position, as in _VECTOR_SQL.
         n = len(MEMORY_KEYS)
+        if not exact and sum(row[n] is not None for row in result) < sizes["kv"]:
+            # A filtered HNSW scan gives up after hnsw.max_scan_tuples, so a scope that is
+            # a sliver of the index can come back short. The exact ranking always fills;
+            # it costs a second statement, only then.
+            params["small"] = True
+            result = await self._fetch(_VECTOR_SQL, filters, params, sizes)
         return [
             RetrievedRow(row[_ID], row[_IMPORTANCE], row[_CREATED_AT], row[_FACT_ROLE],
                          row[:n], row[n], row[n + 1], row[n + 2], row[n + 3])

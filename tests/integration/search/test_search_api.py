@@ -117,8 +117,10 @@ def assert_validation_problem(resp: httpx.Response, field: str) -> None:
 
 @pytest.fixture(scope="module")
 def hnsw_resources(resources: Resources) -> Resources:
-    """The suite's resources with every scope of SMALL_EXACT_BELOW rows or more on HNSW."""
-    settings = resources.settings.model_copy(update={"search_exact_below": SMALL_EXACT_BELOW})
+    """The suite's resources with every scope of SMALL_EXACT_BELOW rows or more on HNSW
+    (the test tenants are slivers of the index, which would otherwise be ranked exactly)."""
+    settings = resources.settings.model_copy(update={
+        "search_exact_below": SMALL_EXACT_BELOW, "search_exact_cost_ratio": 0})
     return replace(resources, settings=settings)
 
 
@@ -774,7 +776,7 @@ async def test_a_large_scope_finds_its_text_matches_through_the_scoped_index(
     if user is not None:
         assert {r["memory"]["user_id"] for r in answer["results"]} == {user}
     [(statement, args)] = [(s, a) for s, a in search_statements if "rare_terms" in s]
-    plan, [(small, text_ids, _)] = await generic_plan(hnsw_resources, statement, args,
+    plan, [(small, text_ids, *_)] = await generic_plan(hnsw_resources, statement, args,
                                                       "rare_terms")
     assert small is False
     assert {str(i) for i in text_ids} == expected
@@ -797,6 +799,7 @@ async def test_top_k_above_the_vector_depth_is_still_filled(
     settings = resources.settings.model_copy(update={
         "search_vector_candidates": 5,
         "search_exact_below": 1000 if path == "exact" else SMALL_EXACT_BELOW,
+        "search_exact_cost_ratio": 0,
     })
     shallow = replace(resources, settings=settings)
     async with make_client(shallow, tenant.headers) as c:
@@ -807,3 +810,89 @@ async def test_top_k_above_the_vector_depth_is_still_filled(
     assert len(answer["results"]) == 25
     assert sorted(r["explanation"]["fusion"]["vector_rank"] for r in answer["results"]) == list(
         range(1, 26))
+
+
+async def test_a_scope_the_hnsw_scan_gives_up_on_is_ranked_exactly(
+    resources: Resources, tenant: TenantKey,
+) -> None:
+    """A filtered HNSW scan stops after hnsw.max_scan_tuples index tuples, so a scope that
+    is a sliver of the index can come back short. The search then runs the vector
+    statement again on the exact branch: top_k is still filled, in distance order."""
+    settings = resources.settings.model_copy(update={
+        "search_exact_below": SMALL_EXACT_BELOW, "search_exact_cost_ratio": 0,
+        "hnsw_ef_search": 1,
+        "hnsw_max_scan_tuples": 1,
+    })
+    # Its own pool: the scan limits are the connections' settings.
+    stingy = replace(resources, settings=settings, reader=None, background=[])
+    reader = await stingy.search_reader()
+    fetch = reader.fetch
+    vector_rows: list[int] = []
+
+    async def recording(query: str, *args: Any) -> Any:
+        rows = await fetch(query, *args)
+        if "vec_ann" in query:
+            vector_rows.append(sum(1 for r in rows if r["vector_rank"] is not None))
+        return rows
+
+    reader.fetch = recording  # type: ignore[method-assign]
+    try:
+        async with make_client(stingy, tenant.headers) as c:
+            # u1's 40 rows, a sixth of the tenant's.
+            await seed(c, [{"content": f"diary entry {i}", "user_id": "u1"} for i in range(40)]
+                       + [{"content": f"log line {i}", "user_id": "crowd"} for i in range(200)])
+            answer = await search(c, "zebra quokka", user_id="u1", top_k=25, explain=True)
+    finally:
+        await reader.close()
+    async with make_client(resources, tenant.headers) as c:  # 40 rows: exact from the start
+        exact = await search(c, "zebra quokka", user_id="u1", top_k=25)
+
+    # top_k 25 asks for 50 vector rows: HNSW gave up short of u1's 40, the exact branch
+    # ranked them all.
+    assert len(vector_rows) == 2, vector_rows
+    assert vector_rows[0] < 40 == vector_rows[1], vector_rows
+    assert len(answer["results"]) == 25
+    assert sorted(r["explanation"]["fusion"]["vector_rank"] for r in answer["results"]) == list(
+        range(1, 26))
+    assert ids_of(answer) == ids_of(exact)
+
+
+@pytest.mark.parametrize("ratio", [9.0, 0.0])
+async def test_a_tenant_that_is_a_sliver_of_the_index_is_ranked_exactly(
+    resources: Resources, tenant: TenantKey, other_tenant: TenantKey,
+    search_statements: list[tuple[str, tuple[Any, ...]]], ratio: float,
+) -> None:
+    """Over `search_exact_below` rows, a tenant still gets the exact ranking when it holds
+    so small a share of the HNSW index that the filtered scan would cost more than reading
+    the tenant (app/search/vector_path.py); a cost ratio of 0 turns that off."""
+    settings = resources.settings.model_copy(update={
+        "search_exact_below": SMALL_EXACT_BELOW, "search_exact_cost_ratio": ratio})
+    chosen = replace(resources, settings=settings)
+    async with make_client(chosen, other_tenant.headers) as c:
+        await seed(c, [{"content": f"log line {i}"} for i in range(300)])
+    async with make_client(chosen, tenant.headers) as c:
+        mine = await seed(c, [{"content": f"diary entry {i}", "user_id": "u1"}
+                              for i in range(30)])
+    # The index's size is the planner's estimate, which VACUUM refreshes.
+    async with resources.engine.connect() as conn:
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        await conn.execute(text("VACUUM memories"))
+        index_rows = (await conn.execute(text(
+            "SELECT reltuples FROM pg_class WHERE relname = 'ix_memories_embedding_hnsw'"
+        ))).scalar_one()
+    assert index_rows >= 330  # 30 rows of 330+: 30 * 30 < 9 * 20 * 330
+
+    async with make_client(chosen, tenant.headers) as c:
+        search_statements.clear()
+        answer = await search(c, "zebra quokka", user_id="u1", top_k=10)
+
+    assert len(answer["results"]) == 10
+    assert set(ids_of(answer)) <= {m["id"] for m in mine}
+    vector = [(s, a) for s, a in search_statements if "vec_ann" in s]
+    rows = await vector_branch_rows(chosen, *vector[0])
+    if ratio:
+        assert len(vector) == 1
+        assert rows == {"exact": 30, "ann": 0, "hnsw_index": 0}, rows
+    else:
+        assert rows["exact"] == 0, rows
+        assert rows["hnsw_index"] > 0, rows
