@@ -11,9 +11,10 @@ Both share one filter (tenant, scope, tags, categories, not archived, not expire
   cannot make the tail grow with the table.
 - Vector (`candidates`): a small scope is ranked by exact cosine distance over the btree
   on the scope (`+ 0` keeps the planner off the HNSW index, which returns too few rows
-  for a small scope), and so is a tenant too small a share of the HNSW index for its
-  filtered scan to pay (app/search/vector_path.py, from sizes the text statement returns);
-  a larger one goes through HNSW with pgvector's iterative scan. The choice is a one-time
+  for a small scope), and so is a larger scope too small a share of the HNSW index for
+  its filtered scan to pay (app/search/vector_path.py; the text statement returns the
+  sizes: a scope column's entries counted up to the crossover, or the tenant's rows);
+  the others go through HNSW with pgvector's iterative scan. The choice is a one-time
   filter on a parameter, so only one branch runs. HNSW coming back with fewer rows than
   asked (a scope too sparse in the index for its scan limit) runs the statement again on
   the exact branch. The same statement reads the rows of both lists.
@@ -77,12 +78,13 @@ class RetrievalLimits:
 class TextMatches:
     """The full-text list (ids best first, their BM25 scores), whether the scope was
     small enough for the exact branches, and the sizes the vector ranking is chosen by:
-    the tenant's active rows and the HNSW index's (an estimate; 0 when unknown)."""
+    an upper bound of the scope's active rows and the table's rows (an estimate; 0 when
+    unknown)."""
 
     small: bool
     ids: tuple[uuid.UUID, ...] = ()
     scores: tuple[float, ...] = ()
-    tenant_rows: float = 0.0
+    scope_rows: float = 0.0
     index_rows: float = 0.0
 
 
@@ -154,6 +156,17 @@ rare_terms AS MATERIALIZED (
 
 _TEXT_SQL = """
 WITH
+-- The table's rows, standing for the HNSW index's: the planner's estimate, which
+-- autovacuum and autoanalyze keep (a catalog lookup, no count; the index's own figure is
+-- only refreshed when a vacuum finds dead rows in it). Archived rows make it an
+-- overestimate, which errs towards the exact ranking. And the most rows a scope can
+-- hold for the exact ranking still to beat HNSW at this statement's vector depth (the
+-- crossover of app/search/vector_path.py).
+index_size AS MATERIALIZED (
+    SELECT n, ceil(sqrt(greatest(CAST(:exact_cost_ratio AS float8), 0) * {kv} * n)) AS cap
+    FROM (SELECT greatest(reltuples, 0)::float8 AS n FROM pg_class
+           WHERE oid = CAST('memories' AS regclass)) i
+),
 {small},
 """ + QUERY_TERM_CTES + """,
 matched AS MATERIALIZED (
@@ -217,10 +230,13 @@ txt AS MATERIALIZED (
 SELECT (SELECT yes FROM small) AS small,
        coalesce((SELECT array_agg(id ORDER BY score DESC, id) FROM txt), '{{}}') AS ids,
        coalesce((SELECT array_agg(score ORDER BY score DESC, id) FROM txt), '{{}}') AS scores,
-       coalesce((SELECT df FROM tenant_stats WHERE lexeme = ''), 0) AS tenant_rows,
-       -- The planner's estimate, kept by (auto)vacuum: a catalog lookup, no count.
-       (SELECT greatest(reltuples, 0)::float8 FROM pg_class
-         WHERE oid = CAST('ix_memories_embedding_hnsw' AS regclass)) AS index_rows
+       -- An upper bound of the scope's active rows: its counted index entries when they
+       -- stopped short of the cap, else the tenant's rows.
+       CASE WHEN (SELECT counted FROM small) < (SELECT cap FROM index_size)
+            THEN (SELECT counted FROM small)
+            ELSE coalesce((SELECT df FROM tenant_stats WHERE lexeme = ''), 0)
+       END AS scope_rows,
+       (SELECT n FROM index_size) AS index_rows
 """
 
 # The text list comes back in as arrays (its rank is the position); `small` is the text
@@ -263,17 +279,23 @@ JOIN memories m
   ON m.tenant_id = :tenant_id AND m.id = coalesce(vec.id, txt.id) AND {where_unindexed}
 """
 
-# Also N and the average length, used as BM25's statistics when the set is small.
+# Also N and the average length, used as BM25's statistics when the set is small; and for
+# a larger scope named by a scope column, its rows in that column's btree (archived ones
+# too: an upper bound) counted up to the cap, an index-only scan (see `_scope_keys`).
 _SMALL_COUNTED = """small AS MATERIALIZED (
     SELECT count(*) < {exact_below} AS yes, greatest(count(*), 1)::float8 AS n,
-           greatest(coalesce(avg(length(s.tsv)), 1), 1)::float8 AS avgdl
+           greatest(coalesce(avg(length(s.tsv)), 1), 1)::float8 AS avgdl,
+           CASE WHEN count(*) >= {exact_below} THEN {counted} END AS counted
     FROM (SELECT m.tsv FROM memories m WHERE {where} LIMIT {exact_below}) s
 )"""
+_SCOPE_COUNTED = """(SELECT count(*)::float8 FROM (
+               SELECT 1 FROM memories m WHERE {scope_keys}
+               LIMIT (SELECT cap FROM index_size)) c)"""
 _SMALL_FROM_STATS = """small AS MATERIALIZED (
     SELECT coalesce(sum(df), 0) < {exact_below} AS yes,
            greatest(coalesce(sum(df), 0), 1)::float8 AS n,
            greatest(coalesce(sum(total_len), 0) / greatest(coalesce(sum(df), 0), 1), 1)::float8
-             AS avgdl
+             AS avgdl, NULL::float8 AS counted
     FROM term_stats WHERE tenant_id = :tenant_id AND lexeme = ''
 )"""
 
@@ -291,6 +313,8 @@ _ID, _IMPORTANCE, _CREATED_AT, _FACT_ROLE = (
 
 # halfvec's text form; one % is ~40% cheaper than formatting each float on its own.
 _VECTOR_TEXT = "[" + ",".join(["%.6f"] * EMBEDDING_DIMENSIONS) + "]"
+
+_SCOPE_COLUMNS = ("user_id", "agent_id", "session_id", "namespace")
 
 _NAMED_PARAMETER = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
 
@@ -330,7 +354,7 @@ class SearchRepository:
             "m.archived_at IS NULL",
             "(m.expires_at IS NULL OR m.expires_at > now())",
         ]
-        for column in ("user_id", "agent_id", "session_id", "namespace"):
+        for column in _SCOPE_COLUMNS:
             value = getattr(filters, column)
             if value is not None:
                 preds.append(pred(f"m.{column} = :{column}"))
@@ -358,6 +382,15 @@ class SearchRepository:
             keys += " AND (m.tenant_id::text || '/' || m.user_id) = :user_key"
         return keys
 
+    @staticmethod
+    def _scope_keys(filters: SearchFilter) -> str | None:
+        """The scope columns alone (tenant and user, agent, session, namespace): what the
+        scope btrees (tenant_id, column, created_at, id) hold, so its rows can be counted
+        without reading the heap. None when no scope column narrows the search (the
+        tenant's rows are known from term_stats). The parameters are `_where`'s."""
+        keys = [f"m.{c} = :{c}" for c in _SCOPE_COLUMNS if getattr(filters, c) is not None]
+        return " AND ".join(["m.tenant_id = :tenant_id", *keys]) if keys else None
+
     def _sizes(self, limits: RetrievalLimits, top_k: int) -> dict[str, int]:
         # Written into the statement: as parameters, a generic plan would assume a LIMIT of
         # a tenth of the table and join accordingly. The vector list is at least top_k
@@ -376,8 +409,11 @@ class SearchRepository:
         where = self._where(filters, params, indexed=True)
         small = keys = ""
         if probe:
+            scope_keys = self._scope_keys(filters)
+            counted = ("NULL::float8" if scope_keys is None
+                       else _SCOPE_COUNTED.format(scope_keys=scope_keys))
             small = (_SMALL_COUNTED if filters.narrows() else _SMALL_FROM_STATS).format(
-                where=where, **sizes)
+                where=where, counted=counted, **sizes)
             keys = self._text_index_keys(filters, params)
         sql = template.format(small=small, where=where, **sizes, columns=_COLUMNS,
                               where_unindexed=self._where(filters, params, indexed=False),
@@ -395,11 +431,12 @@ class SearchRepository:
             "text_max_df": limits.text_max_df,
             "k1": limits.bm25_k1,
             "b": limits.bm25_b,
+            "exact_cost_ratio": limits.exact_cost_ratio,
         }
-        ((small, ids, scores, tenant_rows, index_rows),) = await self._fetch(
+        ((small, ids, scores, scope_rows, index_rows),) = await self._fetch(
             _TEXT_SQL, filters, params, self._sizes(limits, 0), probe=True)
         return TextMatches(small=small, ids=tuple(ids), scores=tuple(scores),
-                           tenant_rows=tenant_rows, index_rows=index_rows or 0.0)
+                           scope_rows=scope_rows, index_rows=index_rows or 0.0)
 
     async def candidates(
         self,
@@ -411,8 +448,7 @@ class SearchRepository:
     ) -> list[RetrievedRow]:
         """The vector list, and the rows of both lists with their ranks and scores."""
         sizes = self._sizes(limits, top_k)
-        # The tenant's rows bound a narrower scope's (see prefers_exact).
-        exact = text.small or prefers_exact(text.tenant_rows, text.index_rows, sizes["kv"],
+        exact = text.small or prefers_exact(text.scope_rows, text.index_rows, sizes["kv"],
                                             limits.exact_cost_ratio)
         params: dict[str, Any] = {
             "tenant_id": self.tenant_id,

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 def prefers_exact(scope_rows: float, index_rows: float, kv: int, cost_ratio: float) -> bool:
     """Whether ranking `scope_rows` rows exactly beats HNSW over `index_rows` for `kv`
-    nearest rows: scope_rows < cost_ratio * kv * index_rows / scope_rows. An upper bound
-    for `scope_rows` (the tenant's rows for a narrower scope) keeps the answer right,
-    since the exact side only gets cheaper and HNSW only dearer as the scope shrinks.
-    An unknown index size (<= 0: never analysed) or a ratio of 0 says no."""
+    nearest rows: scope_rows < cost_ratio * kv * index_rows / scope_rows, that is
+    scope_rows < sqrt(cost_ratio * kv * index_rows). An upper bound for `scope_rows`
+    keeps the answer right (app/search/repository.py passes the scope's counted index
+    entries, or its tenant's rows), since the exact side only gets cheaper and HNSW only
+    dearer as the scope shrinks. An unknown index size (<= 0: never analysed) or a ratio
+    of 0 says no."""
     if index_rows <= 0 or cost_ratio <= 0:
         return False
     return scope_rows * scope_rows < cost_ratio * kv * index_rows

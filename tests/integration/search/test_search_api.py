@@ -873,12 +873,12 @@ async def test_a_tenant_that_is_a_sliver_of_the_index_is_ranked_exactly(
     async with make_client(chosen, tenant.headers) as c:
         mine = await seed(c, [{"content": f"diary entry {i}", "user_id": "u1"}
                               for i in range(30)])
-    # The index's size is the planner's estimate, which VACUUM refreshes.
+    # The table's size is the planner's estimate, which VACUUM refreshes.
     async with resources.engine.connect() as conn:
         conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
         await conn.execute(text("VACUUM memories"))
         index_rows = (await conn.execute(text(
-            "SELECT reltuples FROM pg_class WHERE relname = 'ix_memories_embedding_hnsw'"
+            "SELECT reltuples FROM pg_class WHERE relname = 'memories'"
         ))).scalar_one()
     assert index_rows >= 330  # 30 rows of 330+: 30 * 30 < 9 * 20 * 330
 
@@ -891,6 +891,49 @@ async def test_a_tenant_that_is_a_sliver_of_the_index_is_ranked_exactly(
     vector = [(s, a) for s, a in search_statements if "vec_ann" in s]
     rows = await vector_branch_rows(chosen, *vector[0])
     if ratio:
+        assert len(vector) == 1
+        assert rows == {"exact": 30, "ann": 0, "hnsw_index": 0}, rows
+    else:
+        assert rows["exact"] == 0, rows
+        assert rows["hnsw_index"] > 0, rows
+
+
+@pytest.mark.parametrize("column", ["user_id", "session_id"])
+@pytest.mark.parametrize(("scope", "path"), [("few", "exact"), ("crowd", "hnsw")])
+async def test_a_scope_that_is_a_sliver_of_a_large_tenant_is_ranked_exactly(
+    resources: Resources, tenant: TenantKey,
+    search_statements: list[tuple[str, tuple[Any, ...]]], column: str, scope: str, path: str,
+) -> None:
+    """Within a tenant too large for the exact ranking, a user (or agent, session,
+    namespace) scope is counted (its entries in that column's btree, up to the crossover)
+    and ranked exactly when it is small enough; a scope with more rows than the crossover
+    goes through HNSW."""
+    async with make_client(resources, tenant.headers) as c:
+        await seed(c, [{"content": f"diary entry {i}", column: "few"} for i in range(30)]
+                   + [{"content": f"log line {i}", column: "crowd"} for i in range(300)])
+    async with resources.engine.connect() as conn:
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        await conn.execute(text("VACUUM memories"))
+        index_rows = (await conn.execute(text(
+            "SELECT reltuples FROM pg_class WHERE relname = 'memories'"
+        ))).scalar_one()
+    assert index_rows >= 330
+    # A cost ratio that puts the crossover at 100 rows for k 20: "few" (30) under it, the
+    # tenant (330) and "crowd" (300) over.
+    settings = resources.settings.model_copy(update={
+        "search_exact_below": SMALL_EXACT_BELOW,
+        "search_exact_cost_ratio": 100 * 100 / (20 * index_rows)})
+    chosen = replace(resources, settings=settings)
+
+    async with make_client(chosen, tenant.headers) as c:
+        search_statements.clear()
+        answer = await search(c, "zebra quokka", top_k=10, **{column: scope})
+
+    assert len(answer["results"]) == 10
+    assert {r["memory"][column] for r in answer["results"]} == {scope}
+    vector = [(s, a) for s, a in search_statements if "vec_ann" in s]
+    rows = await vector_branch_rows(chosen, *vector[0])
+    if path == "exact":
         assert len(vector) == 1
         assert rows == {"exact": 30, "ann": 0, "hnsw_index": 0}, rows
     else:
