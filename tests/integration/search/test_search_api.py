@@ -186,6 +186,16 @@ async def vector_branch_rows(resources: Resources, statement: str,
     return rows
 
 
+async def table_rows(resources: Resources) -> float:
+    """The memories table's size as the planner estimates it (what the search's exact/HNSW
+    choice reads), refreshed by VACUUM."""
+    async with resources.engine.connect() as conn:
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        await conn.execute(text("VACUUM memories"))
+        rows = await conn.scalar(text("SELECT reltuples FROM pg_class WHERE relname = 'memories'"))
+    return float(rows)
+
+
 # --- response shape and ordering -------------------------------------------------------------
 
 
@@ -873,18 +883,12 @@ async def test_a_tenant_that_is_a_sliver_of_the_index_is_ranked_exactly(
     async with make_client(chosen, tenant.headers) as c:
         mine = await seed(c, [{"content": f"diary entry {i}", "user_id": "u1"}
                               for i in range(30)])
-    # The table's size is the planner's estimate, which VACUUM refreshes.
-    async with resources.engine.connect() as conn:
-        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-        await conn.execute(text("VACUUM memories"))
-        index_rows = (await conn.execute(text(
-            "SELECT reltuples FROM pg_class WHERE relname = 'memories'"
-        ))).scalar_one()
+    index_rows = await table_rows(resources)
     assert index_rows >= 330  # 30 rows of 330+: 30 * 30 < 9 * 20 * 330
 
     async with make_client(chosen, tenant.headers) as c:
         search_statements.clear()
-        answer = await search(c, "zebra quokka", user_id="u1", top_k=10)
+        answer = await search(c, "zebra quokka", top_k=10)  # the whole tenant
 
     assert len(answer["results"]) == 10
     assert set(ids_of(answer)) <= {m["id"] for m in mine}
@@ -911,12 +915,7 @@ async def test_a_scope_that_is_a_sliver_of_a_large_tenant_is_ranked_exactly(
     async with make_client(resources, tenant.headers) as c:
         await seed(c, [{"content": f"diary entry {i}", column: "few"} for i in range(30)]
                    + [{"content": f"log line {i}", column: "crowd"} for i in range(300)])
-    async with resources.engine.connect() as conn:
-        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-        await conn.execute(text("VACUUM memories"))
-        index_rows = (await conn.execute(text(
-            "SELECT reltuples FROM pg_class WHERE relname = 'memories'"
-        ))).scalar_one()
+    index_rows = await table_rows(resources)
     assert index_rows >= 330
     # A cost ratio that puts the crossover at 100 rows for k 20: "few" (30) under it, the
     # tenant (330) and "crowd" (300) over.
