@@ -36,6 +36,8 @@ async def run_queued(context: JobContext, payload: Mapping[str, Any]) -> None:
     run_id = uuid.UUID(payload["run_id"])
     try:
         await _run_queued(context, runner, run_id)
+    except RetryLater:
+        raise  # not a failure: the job runs again
     except Exception as exc:
         # A started run records its own failure, so this one has not started: after the
         # last try the job is dropped, so say why now. If the database is what fails, this

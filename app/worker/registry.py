@@ -20,7 +20,7 @@ class JobContext:
     resources: Resources
     job_id: int
     attempt: int
-    max_attempts: int = 1
+    max_attempts: int
 
     @property
     def last_try(self) -> bool:
