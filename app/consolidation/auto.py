@@ -24,13 +24,12 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.consolidation.locks import scope_key
-from app.models import ScopeWriteCounter
+from app.models import SCOPE_COLUMNS, ScopeWriteCounter
 from app.worker.queue import enqueue
 
 log = logging.getLogger("engram.consolidation")
 
 AUTO_JOB = "consolidation.auto"
-SCOPE_FIELDS = ("user_id", "agent_id", "session_id", "namespace")
 
 Scope = tuple[str | None, str | None, str | None, str | None]
 
@@ -76,4 +75,4 @@ class AutoConsolidation:
                               dedupe_key=f"{AUTO_JOB}:{self.tenant_id}:{key}")
 
     def _payload(self, scope: Scope) -> dict[str, Any]:
-        return {"tenant_id": str(self.tenant_id), **dict(zip(SCOPE_FIELDS, scope, strict=True))}
+        return {"tenant_id": str(self.tenant_id), **dict(zip(SCOPE_COLUMNS, scope, strict=True))}

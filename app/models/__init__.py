@@ -4,10 +4,10 @@ from app.models.api_key import ApiKey
 from app.models.base import Base
 from app.models.consolidation_run import ConsolidationRun
 from app.models.idempotency import IdempotencyRecord
-from app.models.memory import Memory
+from app.models.memory import SCOPE_COLUMNS, Memory
 from app.models.scope_write_counter import ScopeWriteCounter
 from app.models.tenant import DEFAULT_TENANT_ID, Tenant
 from app.models.term_stat import term_stats
 
-__all__ = ["DEFAULT_TENANT_ID", "ApiKey", "Base", "ConsolidationRun", "IdempotencyRecord",
-           "Memory", "ScopeWriteCounter", "Tenant", "term_stats"]
+__all__ = ["DEFAULT_TENANT_ID", "SCOPE_COLUMNS", "ApiKey", "Base", "ConsolidationRun",
+           "IdempotencyRecord", "Memory", "ScopeWriteCounter", "Tenant", "term_stats"]

@@ -25,6 +25,9 @@ from sqlalchemy.orm import Mapped, mapped_column
 from app.models.base import Base
 from app.settings import EMBEDDING_DIMENSIONS
 
+SCOPE_COLUMNS = ("user_id", "agent_id", "session_id", "namespace")
+"""The columns that name a scope, each with its own btree; a search or run filters on any."""
+
 
 def _scope_index(column: str) -> Index:
     # Scope filters are equality on one column plus newest-first order: one btree serves
@@ -46,10 +49,7 @@ class Memory(Base):
         CheckConstraint("fact_role IN ('fact', 'summary')", name="fact_role_valid"),
         Index("ix_memories_tenant_created", "tenant_id", text("created_at DESC"),
               text("id DESC")),
-        _scope_index("user_id"),
-        _scope_index("agent_id"),
-        _scope_index("session_id"),
-        _scope_index("namespace"),
+        *(_scope_index(column) for column in SCOPE_COLUMNS),
         Index("ix_memories_tags", "tags", postgresql_using="gin"),
         # Full text keyed by tenant and tenant/user too (migration 0005, btree_gin), so a
         # large scope's rare-term match is intersected in the index; the keys are

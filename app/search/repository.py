@@ -42,6 +42,7 @@ from typing import Any, NamedTuple
 
 from app.db import Fetcher
 from app.memories.schemas import Memory
+from app.models import SCOPE_COLUMNS
 from app.search.vector_path import prefers_exact
 from app.settings import EMBEDDING_DIMENSIONS
 
@@ -314,8 +315,6 @@ _ID, _IMPORTANCE, _CREATED_AT, _FACT_ROLE = (
 # halfvec's text form; one % is ~40% cheaper than formatting each float on its own.
 _VECTOR_TEXT = "[" + ",".join(["%.6f"] * EMBEDDING_DIMENSIONS) + "]"
 
-_SCOPE_COLUMNS = ("user_id", "agent_id", "session_id", "namespace")
-
 _NAMED_PARAMETER = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
 
 
@@ -354,7 +353,7 @@ class SearchRepository:
             "m.archived_at IS NULL",
             "(m.expires_at IS NULL OR m.expires_at > now())",
         ]
-        for column in _SCOPE_COLUMNS:
+        for column in SCOPE_COLUMNS:
             value = getattr(filters, column)
             if value is not None:
                 preds.append(pred(f"m.{column} = :{column}"))
@@ -388,7 +387,7 @@ class SearchRepository:
         scope btrees (tenant_id, column, created_at, id) hold, so its rows can be counted
         without reading the heap. None when no scope column narrows the search (the
         tenant's rows are known from term_stats). The parameters are `_where`'s."""
-        keys = [f"m.{c} = :{c}" for c in _SCOPE_COLUMNS if getattr(filters, c) is not None]
+        keys = [f"m.{c} = :{c}" for c in SCOPE_COLUMNS if getattr(filters, c) is not None]
         return " AND ".join(["m.tenant_id = :tenant_id", *keys]) if keys else None
 
     def _sizes(self, limits: RetrievalLimits, top_k: int) -> dict[str, int]:
