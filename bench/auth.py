@@ -78,13 +78,7 @@ async def run(args: argparse.Namespace, cleanup: ing.Cleanup) -> dict[str, Any]:
     items = [{"content": ing.make_sentence(rng), "user_id": f"user-{i % USERS}"}
              for i in range(args.memories)]
     seeding = LeanHttp(ports["auth on"], auth)
-    ids: list[str] = []
-    for i in range(0, len(items), 500):
-        status, answer = await seeding.request("POST", "/v1/memories/batch",
-                                               {"items": items[i:i + 500]})
-        if status != 201:
-            raise RuntimeError(f"seeding -> {status}: {answer[:300]!r}")
-        ids += [m["id"] for m in json.loads(answer)["items"]]
+    ids = [m["id"] for m in await seeding.write_memories(items)]
     await seeding.close()
 
     clients = {"auth on": LeanHttp(ports["auth on"], auth), "auth off": LeanHttp(ports["auth off"])}

@@ -45,6 +45,19 @@ class LeanHttp:
             raise RuntimeError(f"no Content-Length in the answer: {head!r}")
         return status, await self.reader.readexactly(length)
 
+    async def write_memories(self, items: list[dict[str, Any]],
+                             batch: int = 500) -> list[dict[str, Any]]:
+        """`items` written through POST /v1/memories/batch, `batch` a request; the
+        created memories, in order."""
+        created: list[dict[str, Any]] = []
+        for i in range(0, len(items), batch):
+            status, answer = await self.request("POST", "/v1/memories/batch",
+                                                {"items": items[i:i + batch]})
+            if status != 201:
+                raise RuntimeError(f"writing memories -> {status}: {answer[:300]!r}")
+            created += json.loads(answer)["items"]
+        return created
+
     async def post(self, path: str, body: Any, tag: str) -> tuple[int, bytes]:
         """POST `body` with the `x-bench-class` tag the profiling servers record."""
         return await self.request("POST", path, body, {"x-bench-class": tag})

@@ -58,6 +58,9 @@ class Memory(Base):
               text("(tenant_id::text || '/'::text) || user_id::text"), "tsv",
               postgresql_using="gin"),
         Index("ix_memories_tenant_category", "tenant_id", "category"),
+        # The id alone (migration 0006): the search's row lookups match only this index,
+        # so their generic plan never walks a tenant-led index instead.
+        Index("ix_memories_id", "id", unique=True),
         # Lineage lookups (migration 0002): which summaries already cover a memory, and
         # whether a run's summary has been folded again.
         Index("ix_memories_summary_of", "summary_of", postgresql_using="gin",
