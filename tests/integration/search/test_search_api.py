@@ -135,10 +135,13 @@ async def any_client(request: pytest.FixtureRequest, resources: Resources,
         yield c
 
 
-def plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def plan_nodes(node: dict[str, Any], *, into_ctes: bool = True) -> Iterator[dict[str, Any]]:
+    """`node` and the nodes under it; with `into_ctes=False`, not those of its CTEs."""
+    if not into_ctes and node.get("Subplan Name", "").startswith("CTE "):
+        return
     yield node
     for child in node.get("Plans", []):
-        yield from plan_nodes(child)
+        yield from plan_nodes(child, into_ctes=into_ctes)
 
 
 async def generic_plan(resources: Resources, statement: str, args: tuple[Any, ...],
@@ -838,14 +841,8 @@ async def test_the_listed_rows_are_read_by_id_however_few_rows_a_tenant_seems_to
     assert len(answer["results"]) == 20
     assert len(rows) > 20  # the union of both lists, each row once
 
-    def outside_ctes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        if node.get("Subplan Name", "").startswith("CTE "):
-            return
-        yield node
-        for child in node.get("Plans", []):
-            yield from outside_ctes(child)
-
-    reads = [n for n in outside_ctes(plan) if n.get("Relation Name") == "memories"]
+    reads = [n for n in plan_nodes(plan, into_ctes=False)
+             if n.get("Relation Name") == "memories"]
     assert [(n["Node Type"], n.get("Index Name")) for n in reads] == [
         ("Index Scan", "ix_memories_id")], reads
     [lookup] = reads
