@@ -7,7 +7,8 @@ import re
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, Field, StringConstraints
+from pydantic import AfterValidator, BeforeValidator, Field, Strict, StringConstraints
+from pydantic_core import PydanticCustomError
 
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
@@ -63,6 +64,21 @@ def zone_aware(value: datetime) -> datetime:
         raise ValueError("is outside the representable range once converted to UTC") from None
 
 
+def _json_integer(value: Any) -> Any:
+    # bool is an int to Python, and lax mode reads "5" as 5: a body that sent a flag or
+    # a string where a count belongs is a client's mistake, not a number. An integral
+    # float (5.0) is still an integer, as JSON Schema's "integer" says.
+    if isinstance(value, bool | str):
+        raise PydanticCustomError("int_type", "Input should be a valid integer")
+    return value
+
+
+def _json_number(value: Any) -> Any:
+    if isinstance(value, bool | str):
+        raise PydanticCustomError("float_type", "Input should be a valid number")
+    return value
+
+
 def dedupe(values: list[str]) -> list[str]:
     return list(dict.fromkeys(values))
 
@@ -82,7 +98,14 @@ Tag = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_
 TagList = Annotated[list[Tag], Field(max_length=64), AfterValidator(dedupe)]
 CategoryList = Annotated[list[Category], Field(min_length=1, max_length=64)]
 Metadata = Annotated[dict[str, Any], AfterValidator(client_metadata)]
-Importance = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+# Numbers and flags of request bodies, as JSON types: `true` is not 1, "5" is not 5, and
+# "yes" or 1 is not a boolean (pydantic's lax mode would take each of them). Bounds go
+# before the check (`Annotated[int, Field(ge=1), INTEGER_ONLY]`): put after it, pydantic
+# cannot fold them into the number's schema and the OpenAPI document loses them.
+INTEGER_ONLY = BeforeValidator(_json_integer)
+NUMBER_ONLY = BeforeValidator(_json_number)
+JsonBool = Annotated[bool, Strict()]
+Importance = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False), NUMBER_ONLY]
 AwareDatetime = Annotated[datetime, AfterValidator(zone_aware)]
 Source = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=64),
                    AfterValidator(storable_text)]

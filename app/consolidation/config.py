@@ -12,10 +12,11 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.consolidation.types import MEMORY_CONTENT_MAX_CHARS
+from app.validation import INTEGER_ONLY, NUMBER_ONLY, JsonBool
 
-GroupThreshold = Annotated[int, Field(ge=2, le=100_000)]
-SummaryChars = Annotated[int, Field(ge=200, le=MEMORY_CONTENT_MAX_CHARS)]
-Concurrency = Annotated[int, Field(ge=1, le=32)]
+GroupThreshold = Annotated[int, Field(ge=2, le=100_000), INTEGER_ONLY]
+SummaryChars = Annotated[int, Field(ge=200, le=MEMORY_CONTENT_MAX_CHARS), INTEGER_ONLY]
+Concurrency = Annotated[int, Field(ge=1, le=32), INTEGER_ONLY]
 
 
 class _Config(BaseModel):
@@ -35,8 +36,10 @@ class SimilarityClusterConfig(_Config):
     """Group entries whose embeddings lie within `max_distance` (cosine) of the kept one."""
 
     name: Literal["similarity_cluster"]
-    max_distance: float = Field(default=0.15, ge=0.0, le=1.0)
-    by_category: bool = Field(default=True, description="Only group entries of the same category.")
+    max_distance: Annotated[float, Field(ge=0.0, le=1.0), NUMBER_ONLY] = 0.15
+    by_category: JsonBool = Field(
+        default=True, description="Only group entries of the same category."
+    )
     group_threshold: GroupThreshold | None = Field(
         default=None, description="Overrides the request's group_threshold when set."
     )
@@ -69,7 +72,7 @@ class LLMSynthesisConfig(_Config):
     LLM failure."""
 
     name: Literal["llm_synthesis"]
-    max_prompt_chars: int = Field(default=12000, ge=1000, le=400_000)
+    max_prompt_chars: Annotated[int, Field(ge=1000, le=400_000), INTEGER_ONLY] = 12000
     max_chars: SummaryChars = 4000
     fallback_max_chars: SummaryChars = 4000
 
@@ -78,8 +81,8 @@ class DensityRoutingConfig(_Config):
     """Extractive for fact-dense groups, abstractive for sparse ones, by majority vote."""
 
     name: Literal["density_routing"]
-    dense_threshold: float = Field(
-        default=0.15, ge=0.0, le=1.0, description="Fact tokens per token for a dense vote."
+    dense_threshold: Annotated[float, Field(ge=0.0, le=1.0), NUMBER_ONLY] = Field(
+        default=0.15, description="Fact tokens per token for a dense vote."
     )
     max_chars: SummaryChars = 4000
     max_concurrency: Concurrency = 4

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.consolidation.config import GroupThreshold, OpConfig, SelectorConfig
 from app.consolidation.registry import StrategyName
-from app.validation import CategoryList, Importance, ScopeId, TagList
+from app.validation import INTEGER_ONLY, CategoryList, Importance, JsonBool, ScopeId, TagList
 
 Mode = Literal["archive", "synthesize_only"]
 RunStatus = Literal["succeeded", "failed", "running", "planned"]
@@ -31,8 +31,8 @@ class ConsolidationRequest(BaseModel):
     namespace: ScopeId | None = None
     tags: TagList | None = Field(default=None, description="All must match.")
     categories: CategoryList | None = None
-    older_than_seconds: int | None = Field(
-        default=None, ge=1, le=OLDER_THAN_MAX,
+    older_than_seconds: Annotated[int, Field(ge=1, le=OLDER_THAN_MAX), INTEGER_ONLY] | None = Field(
+        default=None,
         description="Only memories created at least this long ago.",
     )
     max_importance: Importance | None = Field(
@@ -55,11 +55,11 @@ class ConsolidationRequest(BaseModel):
     group_threshold: GroupThreshold = Field(
         default=3, description="The smallest group that is consolidated."
     )
-    include_summaries: bool = Field(
+    include_summaries: JsonBool = Field(
         default=False, description="Prior summaries are candidates only when true."
     )
-    dry_run: bool = Field(default=False, description="Report the plan; change nothing.")
-    run_async: bool = Field(
+    dry_run: JsonBool = Field(default=False, description="Report the plan; change nothing.")
+    run_async: JsonBool = Field(
         default=False, alias="async",
         description="Answer 202 at once and run in the background; GET shows progress.",
     )

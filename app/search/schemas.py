@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from app.memories.schemas import Memory
-from app.validation import Category, ScopeId, Tag, storable_text
+from app.validation import INTEGER_ONLY, Category, JsonBool, ScopeId, Tag, storable_text
 
 QueryText = Annotated[
     str,
@@ -32,9 +32,9 @@ class SearchRequest(BaseModel):
     categories: Annotated[list[Category], Field(max_length=64)] | None = Field(
         default=None, description="Any may match."
     )
-    top_k: int = Field(default=10, ge=1, le=100)
-    include_summaries: bool = True
-    explain: bool = Field(default=False, description="Add per-stage scores to each result.")
+    top_k: Annotated[int, Field(ge=1, le=100), INTEGER_ONLY] = 10
+    include_summaries: JsonBool = True
+    explain: JsonBool = Field(default=False, description="Add per-stage scores to each result.")
 
 
 class SearchResult(BaseModel):

@@ -49,6 +49,17 @@ async def test_a_request_with_no_scope_and_no_criteria_is_refused(
         ({"older_than_seconds": 0}, "older_than_seconds"),
         ({"max_importance": 2}, "max_importance"),
         ({"async": "later"}, "async"),
+        # JSON types, not what lax parsing could make of them.
+        ({"async": 1}, "async"),
+        ({"dry_run": "true"}, "dry_run"),
+        ({"include_summaries": 0}, "include_summaries"),
+        ({"older_than_seconds": True}, "older_than_seconds"),
+        ({"group_threshold": "3"}, "group_threshold"),
+        ({"max_importance": True}, "max_importance"),
+        ({"selector": {"name": "similarity_cluster", "by_category": "no"}},
+         "selector.similarity_cluster.by_category"),
+        ({"op": {"name": "abstractive", "max_concurrency": True}},
+         "op.abstractive.max_concurrency"),
     ],
 )
 async def test_bad_parameters_are_422_naming_the_field(

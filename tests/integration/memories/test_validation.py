@@ -81,6 +81,8 @@ BAD_CREATE_BODIES = [
                  id="importance-Infinity-string"),
     pytest.param({"content": "x", "importance": "-inf"}, "importance",
                  id="importance-minus-inf-string"),
+    pytest.param({"content": "x", "importance": True}, "importance", id="importance-true"),
+    pytest.param({"content": "x", "importance": "0.5"}, "importance", id="importance-string"),
     pytest.param({"content": "x", "metadata": {"summary_of": []}}, "metadata",
                  id="reserved-metadata-summary_of"),
     pytest.param({"content": "x", "metadata": {"fact_role": "fact"}}, "metadata",

@@ -681,6 +681,12 @@ async def test_bm25_uses_the_configured_k1_and_b(
     ({"query": "ok", "categories": "work"}, "categories"),
     ({"query": "ok", "user_id": ""}, "user_id"),
     ({"query": "ok", "include_summaries": "maybe"}, "include_summaries"),
+    # JSON types, not what lax parsing could make of them.
+    ({"query": "ok", "top_k": True}, "top_k"),
+    ({"query": "ok", "top_k": "5"}, "top_k"),
+    ({"query": "ok", "top_k": 5.5}, "top_k"),
+    ({"query": "ok", "include_summaries": "false"}, "include_summaries"),
+    ({"query": "ok", "explain": 1}, "explain"),
 ])
 async def test_bad_input_is_a_422_problem_naming_the_field(
     client: httpx.AsyncClient, body: dict[str, Any], field: str,
@@ -696,9 +702,11 @@ async def test_limits_are_inclusive(client: httpx.AsyncClient) -> None:
     longest = await search(client, "x" * 4096)
     one = await search(client, "spot", top_k=1)
     hundred = await search(client, "spot", top_k=100)
+    # An integral float is an integer, as JSON Schema's "integer" has it.
+    integral = await search(client, "spot", top_k=1.0)
 
     assert len(longest["results"]) == 1
-    assert len(one["results"]) == len(hundred["results"]) == 1
+    assert len(one["results"]) == len(hundred["results"]) == len(integral["results"]) == 1
 
 
 async def test_search_requires_a_key(anon_client: httpx.AsyncClient) -> None:
