@@ -1,12 +1,15 @@
-"""Periodic housekeeping inside the service process: forgetting old idempotency keys."""
+"""Periodic housekeeping inside the service process: forgetting old idempotency keys and
+deleting expired memories."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 from app.idempotency.repository import purge_older_than
+from app.memories.repository import purge_expired
 from app.resources import Resources
 
 log = logging.getLogger("engram.maintenance")
@@ -14,18 +17,34 @@ log = logging.getLogger("engram.maintenance")
 INTERVAL_SECONDS = 3600.0
 
 
-async def _purge_loop(resources: Resources) -> None:
-    ttl = timedelta(hours=resources.settings.idempotency_ttl_hours)
+async def every(seconds: float, job: Callable[[], Awaitable[int]], name: str,
+                done: str) -> None:
+    """Run `job` now and then every `seconds` until cancelled; `done` is logged with the
+    count of a round that removed anything."""
     while True:
         try:
-            removed = await purge_older_than(resources.engine, datetime.now(UTC) - ttl)
+            removed = await job()
             if removed:
-                log.info("forgot %d idempotency keys older than %s", removed, ttl)
+                log.info(done, removed)
         except Exception:
             # Housekeeping must never take the service down; the next round retries.
-            log.exception("idempotency key purge failed")
-        await asyncio.sleep(INTERVAL_SECONDS)
+            log.exception("%s failed; retrying in %.0f s", name, seconds)
+        await asyncio.sleep(seconds)
 
 
 def start_maintenance(resources: Resources) -> None:
-    resources.background.append(asyncio.create_task(_purge_loop(resources)))
+    settings = resources.settings
+    ttl = timedelta(hours=settings.idempotency_ttl_hours)
+
+    async def forget_keys() -> int:
+        return await purge_older_than(resources.engine, datetime.now(UTC) - ttl)
+
+    async def delete_expired() -> int:
+        return await purge_expired(resources.engine)
+
+    resources.background += [
+        asyncio.create_task(every(INTERVAL_SECONDS, forget_keys, "idempotency key purge",
+                                  f"forgot %d idempotency keys older than {ttl}")),
+        asyncio.create_task(every(settings.expired_purge_seconds, delete_expired,
+                                  "expired memory purge", "deleted %d expired memories")),
+    ]

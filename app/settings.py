@@ -56,6 +56,9 @@ class Settings(BaseSettings):
     auth_enabled: bool = False
 
     idempotency_ttl_hours: int = Field(default=24, ge=24, le=24 * 30)
+    # How often memories past their expires_at are deleted (app/maintenance.py). Nothing
+    # reads them once expired; until deleted they still cost the search's index scans.
+    expired_purge_seconds: float = Field(default=300.0, gt=0, le=86400)
 
     # Search: candidate depth of each list, the fusion and scoring weights, the summary
     # down-weight. Chosen from the sweep in bench/retrieval_eval.py (see the README).

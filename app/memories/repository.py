@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Select, and_, delete, func, insert, or_, select, tuple_, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from app.models import Memory
 
@@ -106,3 +106,27 @@ class MemoryRepository:
             .returning(Memory.id)
         )
         return (await self.session.execute(stmt)).first() is not None
+
+
+async def purge_expired(engine: AsyncEngine, batch: int = 1000) -> int:
+    """Delete the memories past their expiry, across tenants (a maintenance job, not a
+    request); how many. No reader can see them any more (`live`), but they still sat in
+    the HNSW and full-text indexes, which a search then read past, and in BM25's term
+    statistics. `batch` rows a transaction, so no round holds many locks or makes the
+    statistics triggers fold a huge change at once; rows a request has locked are skipped
+    and left for the next round, so neither waits for the other."""
+    expired = (
+        select(Memory.id)
+        .where(Memory.expires_at <= func.now())
+        .order_by(Memory.expires_at)
+        .limit(batch)
+        .with_for_update(skip_locked=True)
+    )
+    stmt = delete(Memory).where(Memory.id.in_(expired.scalar_subquery()))
+    total = 0
+    while True:
+        async with engine.begin() as conn:
+            removed = int((await conn.execute(stmt)).rowcount or 0)
+        total += removed
+        if removed < batch:
+            return total

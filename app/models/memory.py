@@ -61,6 +61,10 @@ class Memory(Base):
         # The id alone (migration 0006): the search's row lookups match only this index,
         # so their generic plan never walks a tenant-led index instead.
         Index("ix_memories_id", "id", unique=True),
+        # Memories with an expiry, soonest first (migration 0007): the maintenance purge
+        # finds the expired ones without reading the rows that never expire.
+        Index("ix_memories_expires_at", "expires_at",
+              postgresql_where=text("expires_at IS NOT NULL")),
         # Lineage lookups (migration 0002): which summaries already cover a memory, and
         # whether a run's summary has been folded again.
         Index("ix_memories_summary_of", "summary_of", postgresql_using="gin",
