@@ -31,7 +31,7 @@ test: $(STAMP) ## run the whole test suite against a throwaway embedded PostgreS
 	$(BIN)/python -m pytest
 
 lint: $(STAMP) ## ruff and mypy --strict
-	$(BIN)/ruff check app tests bench
+	$(BIN)/ruff check app tests bench migrations
 	$(BIN)/mypy
 
 migrate: $(STAMP) ## upgrade the schema to head and exit

@@ -38,7 +38,9 @@ depends_on: str | Sequence[str] | None = None
 QUEUE_SCHEMA = "pgqueuer"
 
 # pgqueuer 1.6.0 install DDL, one statement each (asyncpg prepares statements, which
-# cannot hold several).
+# cannot hold several). Verbatim, long lines and all, so it can be compared with what the
+# library renders.
+# ruff: noqa: E501
 PGQUEUER_1_6_0 = (
     """CREATE TYPE pgqueuer.pgqueuer_status AS ENUM ('queued', 'picked', 'successful', 'exception', 'canceled', 'deleted', 'failed');""",
     """CREATE TABLE pgqueuer.pgqueuer (
