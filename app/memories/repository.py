@@ -100,9 +100,11 @@ class MemoryRepository:
         return (await self.session.scalars(stmt)).one_or_none()
 
     async def delete(self, memory_id: uuid.UUID) -> bool:
+        # An expired memory is absent to DELETE as to GET and PATCH: otherwise the answer
+        # (204 or 404) would depend on whether the maintenance purge had run yet.
         stmt = (
             delete(Memory)
-            .where(Memory.tenant_id == self.tenant_id, Memory.id == memory_id)
+            .where(Memory.tenant_id == self.tenant_id, Memory.id == memory_id, live())
             .returning(Memory.id)
         )
         return (await self.session.execute(stmt)).first() is not None

@@ -112,13 +112,20 @@ async def test_get_unknown_id_is_404_problem(client: httpx.AsyncClient) -> None:
     assert "does not exist" in resp.json()["detail"]
 
 
-async def test_expired_memory_is_gone_from_get_and_list(client: httpx.AsyncClient) -> None:
+async def test_expired_memory_is_gone_from_get_list_patch_and_delete(
+    client: httpx.AsyncClient,
+) -> None:
     expired = (await client.post("/v1/memories", json={
         "content": "expired", "user_id": "exp", "expires_at": "2020-01-01T00:00:00Z"})).json()
     alive = (await client.post("/v1/memories", json={"content": "alive", "user_id": "exp"})).json()
     assert (await client.get(f"/v1/memories/{expired['id']}")).status_code == 404
     listed = (await client.get("/v1/memories", params={"user_id": "exp"})).json()
     assert [m["id"] for m in listed["items"]] == [alive["id"]]
+    # The same answer whether or not the maintenance purge has deleted the row yet.
+    patched = await client.patch(f"/v1/memories/{expired['id']}", json={"expires_at": None})
+    assert patched.status_code == 404
+    assert (await client.delete(f"/v1/memories/{expired['id']}")).status_code == 404
+    assert (await client.delete(f"/v1/memories/{alive['id']}")).status_code == 204
 
 
 async def test_disabled_auth_acts_as_default_tenant(resources) -> None:  # type: ignore[no-untyped-def]
