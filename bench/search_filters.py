@@ -1,0 +1,232 @@
+"""Search with tag and category filters in a large tenant: what each filter costs, and
+whether the exact/HNSW choice suits it.
+
+bench/search.py measures unscoped and user-scoped searches. Tags and categories are
+filters too, and two things differ for them: a scope column's rows are counted on its
+btree for the exact/HNSW choice (app/search/vector_path.py), a tag's or category's are
+not (only "under `exact_below` or not", through the filter itself); and the full-text
+statement finds a large scope's rare-term rows through an index keyed by tenant and user
+only, then reads each row to check the filter.
+
+Seeds the corpus of bench/search.py (one tenant, skewed users; its cached MiniLM base
+vectors), then gives rows extra tags of known shares (`pct4`, `pct1`, `rows30`) beside
+the seeded ones (eight tags of ~18% each, six categories of ~17%). For each filter class:
+the text and vector statements one after the other on the service's own pool
+(SearchRepository, as the service runs them; no embedding), the vector statement once
+more forced onto each branch (exact, HNSW) with how much of the exact top list HNSW
+found, and POST /v1/search through the real server (local model, lean client).
+
+Run: `HF_HUB_OFFLINE=1 .venv/bin/python bench/search_filters.py` (about 3 minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import hashlib
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+for p in (str(ROOT), str(BENCH)):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+import httpx  # noqa: E402
+import ingest as ing  # noqa: E402  (bench/ingest.py: database and process control)
+import numpy as np  # noqa: E402
+import search as sb  # noqa: E402  (bench/search.py: its corpus and questions)
+from lean_http import LeanHttp  # noqa: E402
+
+# Extra tags: name -> share of the table's rows (rows30: a fixed 30 rows).
+EXTRA_TAGS = {"pct4": 0.04, "pct1": 0.015, "rows30": 30}
+
+
+def classes(large_user: str) -> dict[str, dict[str, Any]]:
+    """Filter class -> the request's filter fields."""
+    return {
+        "none": {},
+        "tag 18%": {"tags": ["travel"]},
+        "tag 4%": {"tags": ["pct4"]},
+        "tag 1.5%": {"tags": ["pct1"]},
+        "tag 30 rows": {"tags": ["rows30"]},
+        "two tags 3%": {"tags": ["travel", "urgent"]},
+        "category 17%": {"categories": ["event"]},
+        "category + tag 3%": {"categories": ["event"], "tags": ["travel"]},
+        "large user + tag 18%": {"user_id": large_user, "tags": ["travel"]},
+    }
+
+
+async def add_tags(url: str, rows: int) -> dict[str, int]:
+    """The extra tags on pseudo-randomly chosen rows (each its own order); rows per tag."""
+    conn = await ing.connect(url)
+    try:
+        for tag, share in EXTRA_TAGS.items():
+            n = int(share) if share >= 1 else int(rows * share)
+            await conn.execute(
+                "UPDATE memories SET tags = tags || ARRAY[$1]::text[] WHERE id IN ("
+                " SELECT id FROM memories ORDER BY md5(id::text || $1) LIMIT $2)", tag, n)
+        await conn.execute("VACUUM ANALYZE memories")
+        counted = await conn.fetch(
+            "SELECT t, count(*) AS n FROM memories, unnest(tags) t GROUP BY t")
+        return {r["t"]: int(r["n"]) for r in counted}
+    finally:
+        await conn.close()
+
+
+async def timed(n: int, call: Callable[[int], Awaitable[Any]]) -> tuple[list[float], list[Any]]:
+    times: list[float] = []
+    out: list[Any] = []
+    for i in range(n):
+        t = time.perf_counter()
+        out.append(await call(i))
+        times.append((time.perf_counter() - t) * 1000)
+    return times, out
+
+
+def p(values: list[float], q: float) -> str:
+    return f"{ing.pct(values, q):.2f}"
+
+
+async def run(args: argparse.Namespace, cleanup: ing.Cleanup, res: dict[str, Any]) -> None:
+    from app.db import create_engine
+    from app.models import DEFAULT_TENANT_ID
+    from app.search.config import build_limits
+    from app.search.reader import SearchReader
+    from app.search.repository import SearchFilter, SearchRepository
+    from app.settings import Settings
+
+    url, _, tmp = await ing.start_database(cleanup, "search-filters", res["env"])
+    sargs = sb.parse_args(["--rows", str(args.rows), "--seed", str(args.seed)])
+    base_texts = ing.make_sentences(sargs.seed, sargs.base_sentences)
+    digest = hashlib.sha256("\n".join(base_texts).encode()).hexdigest()[:16]
+    cache = BENCH / "results" / f"search-base-{digest}.npy"
+    if cache.exists():
+        base = np.load(cache)
+    else:
+        model = await asyncio.to_thread(ing.load_model, 2)
+        base = await asyncio.to_thread(ing.encode, model, base_texts)
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        np.save(cache, base)
+    seeded = await sb.seed(sargs, url, args.rows, base, base_texts, DEFAULT_TENANT_ID)
+    t = time.perf_counter()
+    tag_rows = await add_tags(url, args.rows)
+    ing.log(f"extra tags in {time.perf_counter() - t:.1f} s: "
+            + ", ".join(f"{k} {tag_rows[k]:,}" for k in EXTRA_TAGS))
+
+    questions = sb.make_questions(args.seed + 500, args.queries)
+    _, encoder = await asyncio.to_thread(ing.load_service_encoder)
+    vectors = [v.tolist() for v in encoder.encode(questions)]
+
+    settings = Settings(database_url=url, _env_file=None)
+    limits = build_limits(settings)
+    engine = create_engine(settings.async_database_url or url, settings)
+    reader = await SearchReader.open(engine, settings)
+    repo = SearchRepository(reader, DEFAULT_TENANT_ID)
+    port = ing.free_port()
+    proc, log_path = ing.start_server(cleanup, url, "local", port, tmp, None)
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+        await ing.wait_ready(proc, http, log_path, 240.0)
+
+    rows_out: list[dict[str, Any]] = []
+    n = args.queries
+    try:
+        for name, fields in classes(seeded["large_user"]).items():
+            filters = SearchFilter(**fields)
+            text_t, texts = await timed(n, lambda i, f=filters: repo.text_matches(
+                questions[i], f, limits))
+
+            def vector(mode: str | None, f: SearchFilter = filters,
+                       texts: list[Any] = texts) -> Callable[[int], Any]:
+                async def call(i: int) -> Any:
+                    text = texts[i] if mode is None else dataclasses.replace(
+                        texts[i], small=mode == "exact", scope_rows=float("inf"))
+                    rows = await repo.candidates(text, vectors[i], f, limits, 10)
+                    return {r.memory_id for r in rows if r.vector_rank is not None}
+                return call
+
+            vec_t, _ = await timed(n, vector(None))
+            exact_t, exact_ids = await timed(n, vector("exact"))
+            hnsw_t, hnsw_ids = await timed(n, vector("hnsw"))
+            found = statistics.mean(
+                len(h & e) / len(e) for h, e in zip(hnsw_ids, exact_ids, strict=True) if e)
+
+            # A fresh connection per class: the SQL timings outlast uvicorn's keep-alive.
+            client = LeanHttp(port)
+
+            async def http_call(i: int, fields: dict[str, Any] = fields,
+                                client: LeanHttp = client) -> Any:
+                status, body = await client.request(
+                    "POST", "/v1/search", {"query": questions[i], "top_k": 10, **fields})
+                if status != 200:
+                    raise RuntimeError(f"search -> {status}: {body[:300]!r}")
+
+            await timed(min(n, args.warmup), http_call)
+            http_t, _ = await timed(n, http_call)
+            await client.close()
+            small = sum(t.small for t in texts)
+            rows_out.append({
+                "class": name, "text": text_t, "vector": vec_t, "exact": exact_t,
+                "hnsw": hnsw_t, "found": found, "small": small, "http": http_t,
+            })
+            ing.log(f"{name}: HTTP p50 {p(http_t, 50)} ms")
+    finally:
+        await reader.close()
+        await engine.dispose()
+    res["tag_rows"] = tag_rows
+    res["classes"] = rows_out
+
+
+def report(res: dict[str, Any]) -> str:
+    tags = res["tag_rows"]
+    lines = [
+        f"Filtered search -- {res['env'].get('postgres')}, pgvector {res['env'].get('pgvector')}, "
+        f"{res['args']['rows']:,} memories in one tenant, {res['args']['queries']} queries "
+        "per class, sequential",
+        "  extra tags (rows): " + ", ".join(f"{k} {tags[k]:,}" for k in EXTRA_TAGS)
+        + f"; seeded tags ~{tags.get('travel', 0):,} rows each",
+        "",
+        "| filter | small scope | text SQL p50/p95 | vector SQL p50/p95 (the service's "
+        "choice) | exact p50/p95 | HNSW p50/p95 | HNSW found of exact top 20 | HTTP p50/p95 |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in res["classes"]:
+        lines.append(
+            f"| {r['class']} | {r['small']}/{len(r['text'])} | {p(r['text'], 50)} / "
+            f"{p(r['text'], 95)} | {p(r['vector'], 50)} / {p(r['vector'], 95)} | "
+            f"{p(r['exact'], 50)} / {p(r['exact'], 95)} | {p(r['hnsw'], 50)} / "
+            f"{p(r['hnsw'], 95)} | {r['found']:.2f} | {p(r['http'], 50)} / "
+            f"{p(r['http'], 95)} |")
+    lines += [
+        "  ms. text and vector SQL: SearchRepository.text_matches and .candidates, one round trip",
+        "  each on the service's search pool (the vector statement's choice is the service's:",
+        "  exact for a small scope or a scope column under the crossover, else HNSW; a short HNSW",
+        "  answer re-runs exact). exact / HNSW: the vector statement forced onto that branch (a",
+        "  short HNSW answer re-run exact, as the service does).",
+        "  small scope: queries whose filtered scope was under exact_below. HTTP: POST /v1/search",
+        "  through the service (local model), a lean keep-alive client.",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--queries", type=int, default=60)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=20261121)
+    parser.add_argument("--json", default=None,
+                        help="results path (default bench/results/search-filters-<time>.json; "
+                        "'none')")
+    args = parser.parse_args(argv)
+    return ing.run_main("search-filters", args, argv, run, report)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
