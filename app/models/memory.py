@@ -61,7 +61,7 @@ class Memory(Base):
         # The id alone (migration 0006): the search's row lookups match only this index,
         # so their generic plan never walks a tenant-led index instead.
         Index("ix_memories_id", "id", unique=True),
-        # Memories with an expiry, soonest first (migration 0007): the maintenance purge
+        # Only the memories that have an expiry (migration 0007): the maintenance purge
         # finds the expired ones without reading the rows that never expire.
         Index("ix_memories_expires_at", "expires_at",
               postgresql_where=text("expires_at IS NOT NULL")),
