@@ -839,23 +839,27 @@ async def test_the_listed_rows_are_read_by_id_however_few_rows_a_tenant_seems_to
                 await conn.execute(text("ANALYZE memories"))
             search_statements.clear()
             answer = await search(c, "kayak trip", top_k=20)
-            [(statement, args)] = [(s, a) for s, a in search_statements if "vec_ann" in s]
-            plan, rows = await generic_plan(chosen, statement, args, "vec_ann")
+            # On the HNSW path the tenant is a sliver of the suite's shared index (beside
+            # 300 identical vectors), and the scan sometimes came back short, which re-runs
+            # the statement exact, as it should: every vector statement that ran is checked.
+            ran = [(s, a) for s, a in search_statements if "vec_ann" in s]
+            plans = [await generic_plan(chosen, s, a, "vec_ann") for s, a in ran]
         finally:
             async with chosen.engine.begin() as conn:
                 await conn.execute(text("DELETE FROM tenants WHERE name LIKE :prefix || '%'"),
                                    {"prefix": prefix})
 
     assert len(answer["results"]) == 20
-    assert len(rows) > 20  # the union of both lists, each row once
-
-    reads = [n for n in plan_nodes(plan, into_ctes=False)
-             if n.get("Relation Name") == "memories"]
-    assert [(n["Node Type"], n.get("Index Name")) for n in reads] == [
-        ("Index Scan", "ix_memories_id")], reads
-    [lookup] = reads
-    assert lookup["Actual Loops"] == len(rows)
-    assert lookup["Actual Rows"] == 1
+    assert 1 <= len(plans) <= (1 if path == "exact" else 2)
+    for plan, rows in plans:
+        assert len(rows) > 20  # the union of both lists, each row once
+        reads = [n for n in plan_nodes(plan, into_ctes=False)
+                 if n.get("Relation Name") == "memories"]
+        assert [(n["Node Type"], n.get("Index Name")) for n in reads] == [
+            ("Index Scan", "ix_memories_id")], reads
+        [lookup] = reads
+        assert lookup["Actual Loops"] == len(rows)
+        assert lookup["Actual Rows"] == 1
 
 
 @pytest.mark.parametrize("path", ["exact", "hnsw"])
