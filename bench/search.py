@@ -1715,6 +1715,25 @@ def goal_lines(res: dict[str, Any]) -> list[str]:
 # --------------------------------------------------------------------------- main
 
 
+async def base_embeddings(seed: int, n: int, model: Any = None, threads: int = 2,
+                          use_cache: bool = True) -> tuple[list[str], np.ndarray, str]:
+    """The corpus's `n` base sentences and their MiniLM vectors, kept in bench/results
+    under a digest of the sentences (`model`, or one loaded on `threads`, embeds them when
+    there is no cached file); also where the vectors came from."""
+    texts = ing.make_sentences(seed, n)
+    digest = hashlib.sha256("\n".join(texts).encode()).hexdigest()[:16]
+    cache = BENCH / "results" / f"search-base-{digest}.npy"
+    if cache.exists() and use_cache:
+        return texts, np.load(cache), f"cached in {cache.name}"
+    if model is None:
+        model = await asyncio.to_thread(ing.load_model, threads)
+    base = await asyncio.to_thread(ing.encode, model, texts)
+    if use_cache:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        np.save(cache, base)
+    return texts, base, f"embedded now, {threads} torch thread(s)"
+
+
 async def run(args: argparse.Namespace, cleanup: ing.Cleanup, res: dict[str, Any]) -> None:
     from app.models import DEFAULT_TENANT_ID
 
@@ -1724,19 +1743,9 @@ async def run(args: argparse.Namespace, cleanup: ing.Cleanup, res: dict[str, Any
     t = time.perf_counter()
     model = await asyncio.to_thread(ing.load_model, seed_threads)
     log(f"MiniLM loaded in {time.perf_counter() - t:.1f} s")
-    base_texts = ing.make_sentences(args.seed, args.base_sentences)
-    digest = hashlib.sha256("\n".join(base_texts).encode()).hexdigest()[:16]
-    cache = BENCH / "results" / f"search-base-{digest}.npy"
     t = time.perf_counter()
-    if cache.exists() and not args.no_cache:
-        base = np.load(cache)
-        res["base_source"] = f"cached in {cache.name}"
-    else:
-        base = await asyncio.to_thread(ing.encode, model, base_texts)
-        res["base_source"] = f"embedded now, {seed_threads} torch thread(s)"
-        if not args.no_cache:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            np.save(cache, base)
+    base_texts, base, res["base_source"] = await base_embeddings(
+        args.seed, args.base_sentences, model, seed_threads, use_cache=not args.no_cache)
     res["base_sentences"] = len(base_texts)
     res["embed_base_s"] = time.perf_counter() - t
     log(f"{len(base_texts)} base embeddings: {res['base_source']} ({res['embed_base_s']:.1f} s)")

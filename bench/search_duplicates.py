@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import sys
 import time
 from pathlib import Path
@@ -30,7 +29,6 @@ for p in (str(ROOT), str(BENCH)):
         sys.path.insert(0, p)
 
 import ingest as ing  # noqa: E402  (bench/ingest.py: database and process control)
-import numpy as np  # noqa: E402
 import search as sb  # noqa: E402  (bench/search.py: its corpus and questions)
 
 HNSW_ROWS = """SELECT count(*) FROM (
@@ -60,16 +58,7 @@ async def run(args: argparse.Namespace, cleanup: ing.Cleanup, res: dict[str, Any
 
     url, _, _ = await ing.start_database(cleanup, "search-duplicates", res["env"])
     sargs = sb.parse_args(["--rows", str(args.rows), "--seed", str(args.seed)])
-    base_texts = ing.make_sentences(sargs.seed, sargs.base_sentences)
-    digest = hashlib.sha256("\n".join(base_texts).encode()).hexdigest()[:16]
-    cache = BENCH / "results" / f"search-base-{digest}.npy"
-    if cache.exists():
-        base = np.load(cache)
-    else:
-        model = await asyncio.to_thread(ing.load_model, 2)
-        base = await asyncio.to_thread(ing.encode, model, base_texts)
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        np.save(cache, base)
+    base_texts, base, _ = await sb.base_embeddings(sargs.seed, sargs.base_sentences)
     seeded = await sb.seed(sargs, url, args.rows, base, base_texts, DEFAULT_TENANT_ID)
 
     questions = sb.make_questions(args.seed + 500, args.queries)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import hashlib
 import statistics
 import sys
 import time
@@ -40,7 +39,6 @@ for p in (str(ROOT), str(BENCH)):
 
 import httpx  # noqa: E402
 import ingest as ing  # noqa: E402  (bench/ingest.py: database and process control)
-import numpy as np  # noqa: E402
 import search as sb  # noqa: E402  (bench/search.py: its corpus and questions)
 from lean_http import LeanHttp  # noqa: E402
 
@@ -104,16 +102,7 @@ async def run(args: argparse.Namespace, cleanup: ing.Cleanup, res: dict[str, Any
 
     url, _, tmp = await ing.start_database(cleanup, "search-filters", res["env"])
     sargs = sb.parse_args(["--rows", str(args.rows), "--seed", str(args.seed)])
-    base_texts = ing.make_sentences(sargs.seed, sargs.base_sentences)
-    digest = hashlib.sha256("\n".join(base_texts).encode()).hexdigest()[:16]
-    cache = BENCH / "results" / f"search-base-{digest}.npy"
-    if cache.exists():
-        base = np.load(cache)
-    else:
-        model = await asyncio.to_thread(ing.load_model, 2)
-        base = await asyncio.to_thread(ing.encode, model, base_texts)
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        np.save(cache, base)
+    base_texts, base, _ = await sb.base_embeddings(sargs.seed, sargs.base_sentences)
     seeded = await sb.seed(sargs, url, args.rows, base, base_texts, DEFAULT_TENANT_ID)
     t = time.perf_counter()
     tag_rows = await add_tags(url, args.rows)
