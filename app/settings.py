@@ -82,8 +82,9 @@ class Settings(BaseSettings):
     # cost more than reading the tenant (app/search/vector_path.py); 0 turns that off.
     search_exact_cost_ratio: float = Field(default=9.0, ge=0, le=1000)
     # In a large scope, at most this many full-text matches are BM25-scored per query,
-    # found through the query's rarest terms; a term in more rows than text_max_df is
-    # never used to find rows (its GIN bitmap is the cost), only to score them.
+    # found through the query's rarest terms; a term in more rows than text_max_df (in a
+    # user's scope: its tenant rows times the user's share) is never used to find rows
+    # (its GIN bitmap is the cost), only to score them.
     search_text_match_cap: int = Field(default=500, ge=10, le=1_000_000)
     search_text_max_df: int = Field(default=5000, ge=1, le=100_000_000)
     search_bm25_k1: float = Field(default=0.8, ge=0, le=10)

@@ -532,7 +532,8 @@ async def text_branch(maker: async_sessionmaker[AsyncSession], tenant_id: uuid.U
                       ) -> dict[str, TextBranch]:
     out: dict[str, TextBranch] = {}
     statement = text(_TEXT_BRANCH_SQL.format(
-        ctes=QUERY_TERM_CTES.format(text_match_cap=int(limits.text_match_cap))))
+        ctes=QUERY_TERM_CTES.format(text_match_cap=int(limits.text_match_cap),
+                                    scope_share="1")))
     async with maker() as session:
         for q in questions:
             r = (await session.execute(statement, {

@@ -10,11 +10,15 @@ only, then reads each row to check the filter.
 
 Seeds the corpus of bench/search.py (one tenant, skewed users; its cached MiniLM base
 vectors), then gives rows extra tags of known shares (`pct4`, `pct1`, `rows30`) beside
-the seeded ones (eight tags of ~18% each, six categories of ~17%). For each filter class:
-the text and vector statements one after the other on the service's own pool
-(SearchRepository, as the service runs them; no embedding), the vector statement once
-more forced onto each branch (exact, HNSW) with how much of the exact top list HNSW
-found, and POST /v1/search through the real server (local model, lean client).
+the seeded ones (eight tags of ~18% each, six categories of ~17%), and moves 3,000 rows of
+the second-largest user to a user of their own: a scope over `exact_below` whose rows are
+counted, so the text statement sizes a term's rows in it by the user's share of the
+tenant (a 1M-row tenant's common words would otherwise find nothing for any user).
+For each filter class: the text and vector statements one after the other on the
+service's own pool (SearchRepository, as the service runs them; no embedding), the
+vector statement once more forced onto each branch (exact, HNSW) with how much of the
+exact top list HNSW found, and POST /v1/search through the real server (local model,
+lean client).
 
 Run: `HF_HUB_OFFLINE=1 .venv/bin/python bench/search_filters.py` (about 3 minutes).
 """
@@ -44,6 +48,9 @@ from lean_http import LeanHttp  # noqa: E402
 
 # Extra tags: name -> share of the table's rows (rows30: a fixed 30 rows).
 EXTRA_TAGS = {"pct4": 0.04, "pct1": 0.015, "rows30": 30}
+# A user between exact_below and the exact/HNSW crossover (~4,200 rows at 100k), which the
+# seeded layout has none of: its rows are taken from the second-largest user.
+MID_USER, MID_USER_ROWS = "user-mid", 3000
 
 
 def classes(large_user: str) -> dict[str, dict[str, Any]]:
@@ -58,11 +65,13 @@ def classes(large_user: str) -> dict[str, dict[str, Any]]:
         "category 17%": {"categories": ["event"]},
         "category + tag 3%": {"categories": ["event"], "tags": ["travel"]},
         "large user + tag 18%": {"user_id": large_user, "tags": ["travel"]},
+        f"user of {MID_USER_ROWS:,} rows": {"user_id": MID_USER},
     }
 
 
 async def add_tags(url: str, rows: int) -> dict[str, int]:
-    """The extra tags on pseudo-randomly chosen rows (each its own order); rows per tag."""
+    """The extra tags on pseudo-randomly chosen rows (each its own order), and the mid-sized
+    user; rows per tag."""
     conn = await ing.connect(url)
     try:
         for tag, share in EXTRA_TAGS.items():
@@ -70,6 +79,11 @@ async def add_tags(url: str, rows: int) -> dict[str, int]:
             await conn.execute(
                 "UPDATE memories SET tags = tags || ARRAY[$1]::text[] WHERE id IN ("
                 " SELECT id FROM memories ORDER BY md5(id::text || $1) LIMIT $2)", tag, n)
+        await conn.execute(
+            "UPDATE memories SET user_id = $1 WHERE id IN (SELECT id FROM memories"
+            " WHERE user_id = (SELECT user_id FROM memories GROUP BY user_id"
+            " ORDER BY count(*) DESC OFFSET 1 LIMIT 1) ORDER BY md5(id::text) LIMIT $2)",
+            MID_USER, MID_USER_ROWS)
         await conn.execute("VACUUM ANALYZE memories")
         counted = await conn.fetch(
             "SELECT t, count(*) AS n FROM memories, unnest(tags) t GROUP BY t")
@@ -163,6 +177,7 @@ async def run(args: argparse.Namespace, cleanup: ing.Cleanup, res: dict[str, Any
             rows_out.append({
                 "class": name, "text": text_t, "vector": vec_t, "exact": exact_t,
                 "hnsw": hnsw_t, "found": found, "small": small, "http": http_t,
+                "no_text": sum(not t.ids for t in texts),
             })
             ing.log(f"{name}: HTTP p50 {p(http_t, 50)} ms")
     finally:
@@ -181,13 +196,15 @@ def report(res: dict[str, Any]) -> str:
         "  extra tags (rows): " + ", ".join(f"{k} {tags[k]:,}" for k in EXTRA_TAGS)
         + f"; seeded tags ~{tags.get('travel', 0):,} rows each",
         "",
-        "| filter | small scope | text SQL p50/p95 | vector SQL p50/p95 (the service's "
-        "choice) | exact p50/p95 | HNSW p50/p95 | HNSW found of exact top 20 | HTTP p50/p95 |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| filter | small scope | no text candidates | text SQL p50/p95 | vector SQL p50/p95 "
+        "(the service's choice) | exact p50/p95 | HNSW p50/p95 | HNSW found of exact top 20 "
+        "| HTTP p50/p95 |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in res["classes"]:
         lines.append(
-            f"| {r['class']} | {r['small']}/{len(r['text'])} | {p(r['text'], 50)} / "
+            f"| {r['class']} | {r['small']}/{len(r['text'])} | {r.get('no_text', '-')} | "
+            f"{p(r['text'], 50)} / "
             f"{p(r['text'], 95)} | {p(r['vector'], 50)} / {p(r['vector'], 95)} | "
             f"{p(r['exact'], 50)} / {p(r['exact'], 95)} | {p(r['hnsw'], 50)} / "
             f"{p(r['hnsw'], 95)} | {r['found']:.2f} | {p(r['http'], 50)} / "
@@ -198,7 +215,9 @@ def report(res: dict[str, Any]) -> str:
         "  exact for a small scope or a scope column under the crossover, else HNSW; a short HNSW",
         "  answer re-runs exact). exact / HNSW: the vector statement forced onto that branch (a",
         "  short HNSW answer re-run exact, as the service does).",
-        "  small scope: queries whose filtered scope was under exact_below. HTTP: POST /v1/search",
+        "  small scope: queries whose filtered scope was under exact_below. no text candidates:",
+        "  queries whose full-text list came back empty.",
+        "  HTTP: POST /v1/search",
         "  through the service (local model), a lean keep-alive client.",
     ]
     return "\n".join(lines)

@@ -7,8 +7,9 @@ Both share one filter (tenant, scope, tags, categories, not archived, not expire
   needed); a larger one with the tenant's, from `term_stats` (kept by triggers), so no
   query counts thousands of matches. There at most `text_match_cap` rows are scored,
   found on the GIN index through the query's rarest terms (an index keyed by tenant and
-  user as well, so other scopes' rows are dropped inside it), so a query of common words
-  cannot make the tail grow with the table.
+  user as well, so other scopes' rows are dropped inside it; for a user, a term's rows
+  are estimated as its tenant's times the user's share, see `_scope_share`), so a query
+  of common words cannot make the tail grow with the table.
 - Vector (`candidates`): a small scope is ranked by exact cosine distance over the btree
   on the scope (`+ 0` keeps the planner off the HNSW index, which returns too few rows
   for a small scope), and so is a larger scope too small a share of the HNSW index for
@@ -114,8 +115,10 @@ class RetrievedRow(NamedTuple):
 
 
 # The query's lexemes, the tenant's statistics for them, and the rare terms a large scope
-# is matched through. A template (`text_match_cap`; :qtext, :tenant_id, :text_max_df),
-# also read by bench/retrieval_eval.py, which replays the large-scope match.
+# is matched through. A template (`text_match_cap`, `scope_share`: an SQL expression for
+# the share of the tenant's rows the GIN scan's keys leave, "1" for the whole tenant;
+# :qtext, :tenant_id, :text_max_df), also read by bench/retrieval_eval.py, which replays
+# the large-scope match.
 QUERY_TERM_CTES = """
 terms AS MATERIALIZED (
     -- quote_literal switches to E'' syntax for a backslash, which tsquery cannot read.
@@ -139,13 +142,16 @@ tenant_stats AS MATERIALIZED (
 -- In a large scope the GIN index finds the rows of the rarest terms: as many terms as
 -- fit `text_match_cap` postings, and the rarest always unless it is in more than
 -- `text_max_df` rows. The bitmap of a common term is what made full-text search slow,
--- and a row holding only common terms scores below the rare-term rows.
+-- and a row holding only common terms scores below the rare-term rows. The postings
+-- counted are those the scan's keys leave: a term's tenant frequency times the scope's
+-- share, so a word common in a big tenant still finds one user's few rows holding it.
 rare_lexemes AS MATERIALIZED (
     SELECT lexeme FROM (
         SELECT lexeme, df,
                row_number() OVER (ORDER BY df, lexeme) AS k,
                sum(df) OVER (ORDER BY df, lexeme ROWS UNBOUNDED PRECEDING) AS run
-        FROM tenant_stats WHERE lexeme <> '' AND df > 0
+        FROM (SELECT lexeme, df * ({scope_share}) AS df
+              FROM tenant_stats WHERE lexeme <> '' AND df > 0) s
     ) t
     WHERE (k = 1 OR run <= {text_match_cap}) AND df <= :text_max_df
 ),
@@ -301,6 +307,12 @@ _SMALL_COUNTED = """small AS MATERIALIZED (
 _SCOPE_COUNTED = """(SELECT count(*)::float8 FROM (
                SELECT 1 FROM memories m WHERE {scope_keys}
                LIMIT (SELECT cap FROM index_size)) c)"""
+# The share of the tenant's rows a user's scope holds, where its counted entries stopped
+# short of the cap (see `_scope_share`); else 1.
+_USER_SHARE = """CASE WHEN (SELECT counted FROM small) < (SELECT cap FROM index_size)
+         THEN least(1, (SELECT counted FROM small)
+                       / greatest((SELECT df FROM tenant_stats WHERE lexeme = ''), 1))
+         ELSE 1 END"""
 _SMALL_FROM_STATS = """small AS MATERIALIZED (
     SELECT coalesce(sum(df), 0) < {exact_below} AS yes,
            greatest(coalesce(sum(df), 0), 1)::float8 AS n,
@@ -391,6 +403,19 @@ class SearchRepository:
         return keys
 
     @staticmethod
+    def _scope_share(filters: SearchFilter) -> str:
+        """What share of the tenant's term postings the text index's keys can leave: a
+        user's counted rows over the tenant's, when the user is the only scope column
+        (the count is then of exactly the rows those keys select; an agent, session or
+        namespace is checked on the heap, after the index). A term frequent in the
+        tenant is then still used to find rows in a user's scope where it is rare:
+        otherwise, in a tenant of millions, every word in more than `text_max_df` of
+        its rows found nothing for any user. Unknown (a scope past the count's cap, or
+        none): 1, the tenant's frequencies as they are."""
+        others = [c for c in SCOPE_COLUMNS if c != "user_id" and getattr(filters, c) is not None]
+        return _USER_SHARE if filters.user_id is not None and not others else "1"
+
+    @staticmethod
     def _scope_keys(filters: SearchFilter) -> str | None:
         """The scope columns alone (tenant and user, agent, session, namespace): what the
         scope btrees (tenant_id, column, created_at, id) hold, so its rows can be counted
@@ -416,6 +441,7 @@ class SearchRepository:
         (the text statement; the vector statement gets the probe's answer)."""
         where = self._where(filters, params, indexed=True)
         small = keys = ""
+        share = "1"
         if probe:
             scope_keys = self._scope_keys(filters)
             counted = ("NULL::float8" if scope_keys is None
@@ -423,9 +449,10 @@ class SearchRepository:
             small = (_SMALL_COUNTED if filters.narrows() else _SMALL_FROM_STATS).format(
                 where=where, counted=counted, **sizes)
             keys = self._text_index_keys(filters, params)
+            share = self._scope_share(filters)
         sql = template.format(small=small, where=where, **sizes, columns=_COLUMNS,
                               where_unindexed=self._where(filters, params, indexed=False),
-                              text_index_keys=keys)
+                              text_index_keys=keys, scope_share=share)
         statement, names = _positional(sql)
         return await self.db.fetch(statement, *(params[name] for name in names))
 

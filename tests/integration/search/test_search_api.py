@@ -811,6 +811,43 @@ async def test_a_large_scope_finds_its_text_matches_through_the_scoped_index(
     assert not [n for n in plan_nodes(plan) if n.get("Index Name") == "ix_memories_tsv"]
 
 
+@pytest.mark.parametrize("scope", ["user", "user and agent", "tenant"])
+async def test_a_word_common_in_the_tenant_still_finds_a_users_rows(
+    resources: Resources, tenant: TenantKey, scope: str,
+) -> None:
+    """`search_text_max_df` bounds the postings the GIN scan reads, and for a user's scope
+    those are the tenant's postings times the user's share: 'kayak', in far more tenant
+    rows than the bound, still finds the user's three rows holding it. Across the tenant
+    the bound holds as it is, and so it does for a user and agent (the agent is checked
+    on the heap, so the user's share is no bound on the rows read there)."""
+    settings = resources.settings.model_copy(update={
+        "search_exact_below": SMALL_EXACT_BELOW, "search_text_max_df": 20})
+    large = replace(resources, settings=settings)
+    async with make_client(large, tenant.headers) as c:
+        await seed(c, [{"content": f"kayak trip number {i}", "user_id": f"other{i % 40}"}
+                       for i in range(200)])
+        await seed(c, [{"content": f"filler note {i}", "user_id": f"other{i % 40}"}
+                       for i in range(300)])
+        target = await seed(c, [
+            {"content": f"note {i} " + ("about the red kayak" if i < 3 else "on groceries"),
+             "user_id": "target", "agent_id": "helper"} for i in range(12)])
+        async with large.engine.connect() as conn:
+            await conn.execute(text("ANALYZE memories"))
+        body: dict[str, Any] = {"top_k": 50, "explain": True}
+        if scope != "tenant":
+            body["user_id"] = "target"
+        if scope == "user and agent":
+            body["agent_id"] = "helper"
+        answer = await search(c, "kayak", **body)
+
+    matched = {mid for mid, r in by_id(answer).items()
+               if r["explanation"]["fusion"]["text_rank"] is not None}
+    if scope == "user":
+        assert matched == {m["id"] for m in target[:3]}
+    else:
+        assert matched == set()
+
+
 @pytest.mark.parametrize("path", ["exact", "hnsw"])
 async def test_the_listed_rows_are_read_by_id_however_few_rows_a_tenant_seems_to_hold(
     resources: Resources, hnsw_resources: Resources, tenant: TenantKey,
