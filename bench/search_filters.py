@@ -20,7 +20,12 @@ vector statement once more forced onto each branch (exact, HNSW) with how much o
 exact top list HNSW found, and POST /v1/search through the real server (local model,
 lean client).
 
-Run: `HF_HUB_OFFLINE=1 .venv/bin/python bench/search_filters.py` (about 3 minutes).
+With `--other-tenants N`, N tenants of 5 rows each (copies of seeded rows, tags included)
+are added beside it and the table analysed: the statistics of a shared table, in which a
+generic plan takes one tenant for a sliver of it.
+
+Run: `HF_HUB_OFFLINE=1 .venv/bin/python bench/search_filters.py [--other-tenants 1000]`
+(about 3 minutes).
 """
 
 from __future__ import annotations
@@ -92,6 +97,30 @@ async def add_tags(url: str, rows: int) -> dict[str, int]:
         await conn.close()
 
 
+async def add_tenants(url: str, tenants: int, rows_each: int) -> int:
+    """`tenants` more tenants of `rows_each` rows, copies of the seeded tenant's rows (tags
+    and categories too), then ANALYZE: a table of many tenants, whose statistics make one
+    tenant a sliver of it in a generic plan. Returns the table's rows."""
+    conn = await ing.connect(url)
+    try:
+        await conn.execute(
+            "INSERT INTO tenants (id, name) SELECT gen_random_uuid(), 'other-' || g"
+            " FROM generate_series(1, $1) g", tenants)
+        await conn.execute(
+            "INSERT INTO memories (tenant_id, id, content, user_id, category, tags, importance,"
+            " embedding) SELECT t.id, gen_random_uuid(), s.content, s.user_id, s.category,"
+            " s.tags, s.importance, s.embedding"
+            " FROM (SELECT id, row_number() OVER (ORDER BY id) AS k FROM tenants"
+            "       WHERE name LIKE 'other-%') t"
+            " CROSS JOIN generate_series(0, $1 - 1) j"
+            " JOIN (SELECT *, row_number() OVER (ORDER BY id) AS rn FROM memories) s"
+            "   ON s.rn = (t.k * $1 + j) % (SELECT count(*) FROM memories) + 1", rows_each)
+        await conn.execute("VACUUM ANALYZE memories")
+        return int(await conn.fetchval("SELECT count(*) FROM memories"))
+    finally:
+        await conn.close()
+
+
 async def timed(n: int, call: Callable[[int], Awaitable[Any]]) -> tuple[list[float], list[Any]]:
     times: list[float] = []
     out: list[Any] = []
@@ -122,6 +151,11 @@ async def run(args: argparse.Namespace, cleanup: ing.Cleanup, res: dict[str, Any
     tag_rows = await add_tags(url, args.rows)
     ing.log(f"extra tags in {time.perf_counter() - t:.1f} s: "
             + ", ".join(f"{k} {tag_rows[k]:,}" for k in EXTRA_TAGS))
+    if args.other_tenants:
+        t = time.perf_counter()
+        total = await add_tenants(url, args.other_tenants, 5)
+        ing.log(f"{args.other_tenants:,} other tenants of 5 rows in "
+                f"{time.perf_counter() - t:.1f} s; {total:,} rows in the table")
 
     questions = sb.make_questions(args.seed + 500, args.queries)
     _, encoder = await asyncio.to_thread(ing.load_service_encoder)
@@ -191,8 +225,10 @@ def report(res: dict[str, Any]) -> str:
     tags = res["tag_rows"]
     lines = [
         f"Filtered search -- {res['env'].get('postgres')}, pgvector {res['env'].get('pgvector')}, "
-        f"{res['args']['rows']:,} memories in one tenant, {res['args']['queries']} queries "
-        "per class, sequential",
+        f"{res['args']['rows']:,} memories in one tenant"
+        + (f" beside {res['args']['other_tenants']:,} tenants of 5 rows"
+           if res["args"].get("other_tenants") else "")
+        + f", {res['args']['queries']} queries per class, sequential",
         "  extra tags (rows): " + ", ".join(f"{k} {tags[k]:,}" for k in EXTRA_TAGS)
         + f"; seeded tags ~{tags.get('travel', 0):,} rows each",
         "",
@@ -229,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queries", type=int, default=60)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--seed", type=int, default=20261121)
+    parser.add_argument("--other-tenants", type=int, default=0,
+                        help="add this many 5-row tenants (copies of seeded rows) beside "
+                        "the measured one")
     parser.add_argument("--json", default=None,
                         help="results path (default bench/results/search-filters-<time>.json; "
                         "'none')")

@@ -368,8 +368,16 @@ class SearchRepository:
         def pred(sql: str) -> str:
             return sql if indexed else f"coalesce({sql}, false)"
 
+        # With tags and no scope column, the tags' index (keyed by tenant) is the way in:
+        # a tenant-led btree, which a generic plan ANDs in when the table holds many
+        # tenants, would read every entry of the tenant. With a scope column, its btree
+        # is (it reads only the scope), and the tags a plain filter on its rows:
+        # tenant_tags() as a filter costs ~5 us a row (x5 for a 10k-row user's scope).
+        by_tags = indexed and bool(filters.tags) and not any(
+            getattr(filters, c) is not None for c in SCOPE_COLUMNS)
+        tenant = "m.tenant_id = :tenant_id"
         preds = [
-            pred("m.tenant_id = :tenant_id"),
+            f"coalesce({tenant}, false)" if by_tags else pred(tenant),
             # Literal in both forms: the partial HNSW index requires it.
             "m.archived_at IS NULL",
             "(m.expires_at IS NULL OR m.expires_at > now())",
@@ -380,7 +388,12 @@ class SearchRepository:
                 preds.append(pred(f"m.{column} = :{column}"))
                 params[column] = value
         if filters.tags:
-            preds.append(pred("m.tags @> CAST(:tags AS text[])"))
+            # tenant_tags() keys ix_memories_tenant_tags (migration 0008), partial on
+            # rows with tags; its match implies both the tags and the tenant.
+            preds.append(
+                "cardinality(m.tags) > 0 AND tenant_tags(m.tenant_id, m.tags)"
+                " @> tenant_tags(CAST(:tenant_id AS uuid), CAST(:tags AS text[]))"
+                if by_tags else pred("m.tags @> CAST(:tags AS text[])"))
             params["tags"] = list(filters.tags)
         if filters.categories:
             preds.append(pred("m.category = ANY(CAST(:categories AS text[]))"))

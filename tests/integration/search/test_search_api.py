@@ -848,6 +848,64 @@ async def test_a_word_common_in_the_tenant_still_finds_a_users_rows(
         assert matched == set()
 
 
+# Every btree whose first column is tenant_id (a scope's, the listing's, the primary key).
+TENANT_LED = {"pk_memories", "ix_memories_tenant_created", "ix_memories_tenant_category",
+              "ix_memories_tenant_user_id_created", "ix_memories_tenant_agent_id_created",
+              "ix_memories_tenant_session_id_created",
+              "ix_memories_tenant_namespace_created"}
+
+
+@pytest.mark.parametrize("categories", [None, ["event"]])
+async def test_a_tag_filter_reads_the_tags_index_keyed_by_tenant_among_many_tenants(
+    resources: Resources, tenant: TenantKey, search_statements: list[tuple[str, tuple[Any, ...]]],
+    categories: list[str] | None,
+) -> None:
+    """A tag's rows come out of ix_memories_tenant_tags, whose keys hold the tenant, in the
+    generic plans the service runs, even where statistics make every tenant look tiny (many
+    one-row tenants, some with the same tag). There the plan ANDed in a tenant-led btree,
+    which reads every index entry of the tenant whatever the tag."""
+    prefix = f"tiny-{uuid.uuid4().hex[:12]}-"
+    rows = [{"content": f"kayak trip number {i}", "category": "event",
+             "tags": ["rare"] if i % 60 == 0 else [f"t{i % 9}"]} for i in range(600)]
+    async with make_client(resources, tenant.headers) as c:
+        created = await seed(c, rows)
+        try:
+            async with resources.engine.begin() as conn:
+                await conn.execute(text(
+                    "INSERT INTO tenants (id, name) SELECT gen_random_uuid(), :prefix || g"
+                    " FROM generate_series(1, 300) g"), {"prefix": prefix})
+                await conn.execute(text(
+                    "INSERT INTO memories (tenant_id, id, content, tags, embedding)"
+                    " SELECT t.id, gen_random_uuid(), 'a kayak of my own', '{rare}', m.embedding"
+                    " FROM tenants t, (SELECT embedding FROM memories WHERE tenant_id = :tenant"
+                    "  LIMIT 1) m WHERE t.name LIKE :prefix || '%'"),
+                    {"prefix": prefix, "tenant": tenant.tenant_id})
+                await conn.execute(text("ANALYZE memories"))
+            search_statements.clear()
+            answer = await search(c, "kayak trip", tags=["rare"], categories=categories,
+                                  top_k=20)
+            plans = [await generic_plan(resources, s, a, marker)
+                     for marker in ("rare_terms", "vec_ann")
+                     for s, a in search_statements if marker in s]
+        finally:
+            async with resources.engine.begin() as conn:
+                await conn.execute(text("DELETE FROM tenants WHERE name LIKE :prefix || '%'"),
+                                   {"prefix": prefix})
+
+    tagged = {m["id"] for m in created if m["tags"] == ["rare"]}
+    assert len(tagged) == 10
+    assert set(ids_of(answer)) == tagged
+    assert len(plans) == 2
+    for plan, _ in plans:
+        scans = [n for n in plan_nodes(plan) if n.get("Index Name")]
+        assert not [n["Index Name"] for n in scans if n["Index Name"] in TENANT_LED], scans
+        # Each scan of it (the text statement counts the scope, then matches in it) found
+        # exactly the tenant's tagged rows.
+        found = [n["Actual Rows"] for n in scans if n["Index Name"] == "ix_memories_tenant_tags"]
+        assert found, scans
+        assert set(found) == {len(tagged)}, scans
+
+
 @pytest.mark.parametrize("path", ["exact", "hnsw"])
 async def test_the_listed_rows_are_read_by_id_however_few_rows_a_tenant_seems_to_hold(
     resources: Resources, hnsw_resources: Resources, tenant: TenantKey,
