@@ -388,8 +388,9 @@ async def seed(
             raise RuntimeError(f"tsv not filled by the trigger on COPY: {dict(tsv)}")
         out["tsv_check"] = "trigger filled tsv on every COPYed row (content + date)"
 
-        # term_stats, written by the statement triggers on each COPY: the corpus row and
-        # every lexeme's df must match the table (no archived rows are seeded).
+        # term_stats, written by the statement triggers on each COPY: the corpus row,
+        # every lexeme's df and every tag's and category's rows (keys starting with a
+        # space, migration 0009) must match the table (no archived rows are seeded).
         corpus = await conn.fetchrow(
             """SELECT (SELECT coalesce(sum(df), 0) FROM term_stats WHERE lexeme = '') AS n,
                       (SELECT coalesce(sum(total_len), 0) FROM term_stats WHERE lexeme = '')
@@ -402,13 +403,25 @@ async def seed(
             """SELECT count(*) FROM
                  (SELECT word, ndoc FROM ts_stat(
                     'SELECT tsv FROM memories WHERE archived_at IS NULL')) a
-               FULL JOIN (SELECT lexeme, sum(df) AS df FROM term_stats WHERE lexeme <> ''
+               FULL JOIN (SELECT lexeme, sum(df) AS df FROM term_stats
+                          WHERE lexeme <> '' AND lexeme NOT LIKE ' %'
                           GROUP BY lexeme HAVING sum(df) <> 0) b ON b.lexeme = a.word
                WHERE a.ndoc IS DISTINCT FROM b.df"""
+        ) + await conn.fetchval(
+            """SELECT count(*) FROM
+                 (SELECT ' tag:' || d.t AS key, count(*) AS n
+                  FROM memories m CROSS JOIN LATERAL (SELECT DISTINCT unnest(m.tags)) d(t)
+                  WHERE m.archived_at IS NULL GROUP BY d.t
+                  UNION ALL
+                  SELECT ' category:' || category, count(*) FROM memories
+                  WHERE archived_at IS NULL GROUP BY category) a
+               FULL JOIN (SELECT lexeme, sum(df) AS df FROM term_stats WHERE lexeme LIKE ' %'
+                          GROUP BY lexeme HAVING sum(df) <> 0) b ON b.lexeme = a.key
+               WHERE a.n IS DISTINCT FROM b.df"""
         )
         if corpus["n"] != corpus["rows"] or corpus["len"] != corpus["rows_len"] or bad_df:
             raise RuntimeError(
-                f"term_stats does not match memories: {dict(corpus)}, {bad_df} lexemes off"
+                f"term_stats does not match memories: {dict(corpus)}, {bad_df} keys off"
             )
         # Fold the delta rows (one per lexeme and COPY) into one row per lexeme, as the
         # service's background fold keeps them: searches read the folded state.

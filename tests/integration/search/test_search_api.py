@@ -1059,6 +1059,60 @@ async def test_a_tenant_that_is_a_sliver_of_the_index_is_ranked_exactly(
         assert rows["hnsw_index"] > 0, rows
 
 
+async def search_across_the_crossover(
+    resources: Resources, tenant: TenantKey,
+    search_statements: list[tuple[str, tuple[Any, ...]]], path: str, **body: Any,
+) -> dict[str, Any]:
+    """`body` searched (top 10) with a cost ratio that puts the exact/HNSW crossover at 100
+    rows for k 20, over a tenant of 330 rows of which "few" (30) are under it and the
+    tenant and "crowd" (300) over; the vector statement checked to have taken `path`."""
+    index_rows = await table_rows(resources)
+    assert index_rows >= 330
+    settings = resources.settings.model_copy(update={
+        "search_exact_below": SMALL_EXACT_BELOW,
+        "search_exact_cost_ratio": 100 * 100 / (20 * index_rows)})
+    chosen = replace(resources, settings=settings)
+
+    async with make_client(chosen, tenant.headers) as c:
+        search_statements.clear()
+        answer = await search(c, "zebra quokka", top_k=10, **body)
+
+    assert len(answer["results"]) == 10
+    vector = [(s, a) for s, a in search_statements if "vec_ann" in s]
+    rows = await vector_branch_rows(chosen, *vector[0])
+    if path == "exact":
+        assert len(vector) == 1
+        assert rows == {"exact": 30, "ann": 0, "hnsw_index": 0}, rows
+    else:
+        assert rows["exact"] == 0, rows
+        assert rows["hnsw_index"] > 0, rows
+    return answer
+
+
+@pytest.mark.parametrize(("field", "value", "path"), [
+    ("tags", ["few"], "exact"), ("tags", ["few", "crowd"], "exact"),
+    ("tags", ["crowd"], "hnsw"), ("categories", ["few"], "exact"),
+    ("categories", ["few", "crowd"], "hnsw"),
+])
+async def test_a_tag_or_category_that_is_a_sliver_of_a_large_tenant_is_ranked_exactly(
+    resources: Resources, tenant: TenantKey,
+    search_statements: list[tuple[str, tuple[Any, ...]]], field: str, value: list[str],
+    path: str,
+) -> None:
+    """A tag's or a category's rows are bounded by the tenant's counts of them (term_stats):
+    a filter leaving fewer rows than the crossover is ranked exactly in a tenant too large
+    for it (all tags must match: the rarest bounds; any category may: they add up)."""
+    async with make_client(resources, tenant.headers) as c:
+        await seed(c, [{"content": f"diary entry {i}", "tags": ["few", "crowd"],
+                        "category": "few"} for i in range(30)]
+                   + [{"content": f"log line {i}", "tags": ["crowd"], "category": "crowd"}
+                      for i in range(300)])
+    answer = await search_across_the_crossover(resources, tenant, search_statements, path,
+                                               **{field: value})
+    if path == "exact":
+        assert {r["memory"]["category"] for r in answer["results"]} == {"few"}
+
+
 @pytest.mark.parametrize("column", ["user_id", "session_id"])
 @pytest.mark.parametrize(("scope", "path"), [("few", "exact"), ("crowd", "hnsw")])
 async def test_a_scope_that_is_a_sliver_of_a_large_tenant_is_ranked_exactly(
@@ -1072,26 +1126,6 @@ async def test_a_scope_that_is_a_sliver_of_a_large_tenant_is_ranked_exactly(
     async with make_client(resources, tenant.headers) as c:
         await seed(c, [{"content": f"diary entry {i}", column: "few"} for i in range(30)]
                    + [{"content": f"log line {i}", column: "crowd"} for i in range(300)])
-    index_rows = await table_rows(resources)
-    assert index_rows >= 330
-    # A cost ratio that puts the crossover at 100 rows for k 20: "few" (30) under it, the
-    # tenant (330) and "crowd" (300) over.
-    settings = resources.settings.model_copy(update={
-        "search_exact_below": SMALL_EXACT_BELOW,
-        "search_exact_cost_ratio": 100 * 100 / (20 * index_rows)})
-    chosen = replace(resources, settings=settings)
-
-    async with make_client(chosen, tenant.headers) as c:
-        search_statements.clear()
-        answer = await search(c, "zebra quokka", top_k=10, **{column: scope})
-
-    assert len(answer["results"]) == 10
+    answer = await search_across_the_crossover(resources, tenant, search_statements, path,
+                                               **{column: scope})
     assert {r["memory"][column] for r in answer["results"]} == {scope}
-    vector = [(s, a) for s, a in search_statements if "vec_ann" in s]
-    rows = await vector_branch_rows(chosen, *vector[0])
-    if path == "exact":
-        assert len(vector) == 1
-        assert rows == {"exact": 30, "ann": 0, "hnsw_index": 0}, rows
-    else:
-        assert rows["exact"] == 0, rows
-        assert rows["hnsw_index"] > 0, rows

@@ -18,7 +18,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.resources import Resources
-from app.search.term_stats import fold_loop, fold_term_stats
+from app.search.term_stats import CATEGORY_KEY, TAG_KEY, fold_loop, fold_term_stats
 from tests.conftest import TenantKey, create_tenant_key, make_client
 
 Stats = dict[str, tuple[int, int]]  # lexeme -> (df, total_len)
@@ -40,14 +40,20 @@ async def recorded(session: AsyncSession, tenant_id: uuid.UUID) -> Stats:
 
 
 async def truth(session: AsyncSession, tenant_id: uuid.UUID) -> Stats:
-    """The same figures counted from the memories themselves ('' is the corpus row)."""
+    """The same figures counted from the memories themselves ('' is the corpus row; tags
+    and categories under their keys)."""
     rows = await session.execute(text(
         "SELECT l.lexeme, count(*) AS df, 0 AS len FROM memories m "
         "CROSS JOIN LATERAL unnest(tsvector_to_array(m.tsv)) AS l(lexeme) "
         "WHERE m.tenant_id = :t AND m.archived_at IS NULL GROUP BY l.lexeme "
+        "UNION ALL SELECT :tag || d.t, count(*), 0 FROM memories m "
+        "CROSS JOIN LATERAL (SELECT DISTINCT unnest(m.tags)) AS d(t) "
+        "WHERE m.tenant_id = :t AND m.archived_at IS NULL GROUP BY d.t "
+        "UNION ALL SELECT :category || category, count(*), 0 FROM memories "
+        "WHERE tenant_id = :t AND archived_at IS NULL GROUP BY category "
         "UNION ALL SELECT '', count(*), coalesce(sum(length(tsv)), 0) FROM memories "
         "WHERE tenant_id = :t AND archived_at IS NULL HAVING count(*) > 0"
-    ), {"t": tenant_id})
+    ), {"t": tenant_id, "tag": TAG_KEY, "category": CATEGORY_KEY})
     return {r.lexeme: (int(r.df), int(r.len)) for r in rows}
 
 
@@ -104,6 +110,51 @@ async def test_inserts_updates_deletes_and_archiving_keep_the_statistics_exact(
         ), {"t": tenant.tenant_id, "id": ids[1]})
     stats = await assert_consistent(resources, tenant.tenant_id)
     assert stats["piano"][0] == 1
+
+
+async def test_tags_and_categories_are_counted_per_tenant_through_every_write(
+    resources: Resources, client: httpx.AsyncClient, tenant: TenantKey,
+    other_tenant: TenantKey,
+) -> None:
+    """Each tenant's active rows per tag and per category, under keys no lexeme can be
+    (a search bounds a tag-filtered scope by them): a change of tags or category moves
+    them, archiving takes a row out, and another tenant's rows never count."""
+    async with make_client(resources, other_tenant.headers) as other:
+        await seed(other, [{"content": "elsewhere", "tags": ["red"], "category": "work"}])
+    ids = await seed(client, [
+        {"content": "first note", "tags": ["red", "blue"], "category": "work"},
+        {"content": "second note", "tags": ["red"], "category": "home"},
+        {"content": "third note", "category": "work"},
+    ])
+    stats = await assert_consistent(resources, tenant.tenant_id)
+    assert stats[TAG_KEY + "red"][0] == 2
+    assert stats[TAG_KEY + "blue"][0] == 1
+    assert stats[CATEGORY_KEY + "work"][0] == 2
+    assert stats[CATEGORY_KEY + "home"][0] == 1
+    assert stats[""][0] == 3  # the corpus row counts rows, not keys
+
+    resp = await client.patch(f"/v1/memories/{ids[0]}",
+                              json={"tags": ["green"], "category": "home"})
+    assert resp.status_code == 200, resp.text
+    stats = await assert_consistent(resources, tenant.tenant_id)
+    assert stats[TAG_KEY + "red"][0] == 1
+    assert TAG_KEY + "blue" not in stats
+    assert stats[TAG_KEY + "green"][0] == 1
+    assert stats[CATEGORY_KEY + "home"][0] == 2
+
+    async with resources.sessionmaker() as session, session.begin():
+        await session.execute(text(
+            "UPDATE memories SET archived_at = now() WHERE tenant_id = :t AND id = :id"
+        ), {"t": tenant.tenant_id, "id": ids[1]})
+    stats = await assert_consistent(resources, tenant.tenant_id)
+    assert TAG_KEY + "red" not in stats
+    assert stats[CATEGORY_KEY + "home"][0] == 1
+
+    resp = await client.delete(f"/v1/memories/{ids[2]}")
+    assert resp.status_code == 204, resp.text
+    stats = await assert_consistent(resources, tenant.tenant_id)
+    assert CATEGORY_KEY + "work" not in stats
+    assert (await assert_consistent(resources, other_tenant.tenant_id))[TAG_KEY + "red"][0] == 1
 
 
 async def test_an_archiving_consolidation_moves_the_statistics_to_the_summary(
