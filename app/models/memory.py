@@ -52,8 +52,8 @@ class Memory(Base):
         *(_scope_index(column) for column in SCOPE_COLUMNS),
         Index("ix_memories_tags", "tags", postgresql_using="gin"),
         # Tags keyed by tenant (migration 0008: "<tenant>/<tag>" through tenant_tags()):
-        # the search's tag filter matches only this index, so its generic plans never
-        # AND in a tenant-led btree, which reads every row of the tenant.
+        # a search filtered by tags and no scope column matches only this index, so its
+        # generic plans never AND in a tenant-led btree, which reads the whole tenant.
         Index("ix_memories_tenant_tags", text("tenant_tags(tenant_id, tags)"),
               postgresql_using="gin", postgresql_where=text("cardinality(tags) > 0")),
         # Full text keyed by tenant and tenant/user too (migration 0005, btree_gin), so a

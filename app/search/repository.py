@@ -374,8 +374,9 @@ class SearchRepository:
         # With tags and no scope column, the tags' index (keyed by tenant) is the way in:
         # a tenant-led btree, which a generic plan ANDs in when the table holds many
         # tenants, would read every entry of the tenant. With a scope column, its btree
-        # is (it reads only the scope), and the tags a plain filter on its rows:
-        # tenant_tags() as a filter costs ~5 us a row (x5 for a 10k-row user's scope).
+        # is (it reads only the scope), and the tags a plain filter on its rows: the plan
+        # kept that btree anyway, and tenant_tags() evaluated on each of a 10k-row user's
+        # rows took the text statement from 9 to 48 ms.
         by_tags = indexed and bool(filters.tags) and not any(
             getattr(filters, c) is not None for c in SCOPE_COLUMNS)
         tenant = "m.tenant_id = :tenant_id"
