@@ -6,6 +6,7 @@ vector paths (exact scan for a small scope, HNSW iterative scan for a large one)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import uuid
@@ -848,6 +849,33 @@ async def test_a_word_common_in_the_tenant_still_finds_a_users_rows(
         assert matched == set()
 
 
+@contextlib.asynccontextmanager
+async def beside_tiny_tenants(resources: Resources, tenant: TenantKey,
+                              tags: list[str] | None = None) -> AsyncIterator[None]:
+    """300 one-row tenants (a copy of one of `tenant`'s vectors; `tags` if given) beside
+    `tenant`, the table analysed: statistics then make every tenant look tiny to a generic
+    plan. Deleted when the block ends."""
+    prefix = f"tiny-{uuid.uuid4().hex[:12]}-"
+    try:
+        async with resources.engine.begin() as conn:
+            await conn.execute(text(
+                "INSERT INTO tenants (id, name) SELECT gen_random_uuid(), :prefix || g"
+                " FROM generate_series(1, 300) g"), {"prefix": prefix})
+            await conn.execute(text(
+                "INSERT INTO memories (tenant_id, id, content, tags, embedding)"
+                " SELECT t.id, gen_random_uuid(), 'a kayak of my own',"
+                " CAST(:tags AS text[]), m.embedding"
+                " FROM tenants t, (SELECT embedding FROM memories WHERE tenant_id = :tenant"
+                "  LIMIT 1) m WHERE t.name LIKE :prefix || '%'"),
+                {"prefix": prefix, "tenant": tenant.tenant_id, "tags": tags or []})
+            await conn.execute(text("ANALYZE memories"))
+        yield
+    finally:
+        async with resources.engine.begin() as conn:
+            await conn.execute(text("DELETE FROM tenants WHERE name LIKE :prefix || '%'"),
+                               {"prefix": prefix})
+
+
 # Every btree whose first column is tenant_id (a scope's, the listing's, the primary key).
 TENANT_LED = {"pk_memories", "ix_memories_tenant_created", "ix_memories_tenant_category",
               "ix_memories_tenant_user_id_created", "ix_memories_tenant_agent_id_created",
@@ -864,33 +892,17 @@ async def test_a_tag_filter_reads_the_tags_index_keyed_by_tenant_among_many_tena
     generic plans the service runs, even where statistics make every tenant look tiny (many
     one-row tenants, some with the same tag). There the plan ANDed in a tenant-led btree,
     which reads every index entry of the tenant whatever the tag."""
-    prefix = f"tiny-{uuid.uuid4().hex[:12]}-"
     rows = [{"content": f"kayak trip number {i}", "category": "event",
              "tags": ["rare"] if i % 60 == 0 else [f"t{i % 9}"]} for i in range(600)]
     async with make_client(resources, tenant.headers) as c:
         created = await seed(c, rows)
-        try:
-            async with resources.engine.begin() as conn:
-                await conn.execute(text(
-                    "INSERT INTO tenants (id, name) SELECT gen_random_uuid(), :prefix || g"
-                    " FROM generate_series(1, 300) g"), {"prefix": prefix})
-                await conn.execute(text(
-                    "INSERT INTO memories (tenant_id, id, content, tags, embedding)"
-                    " SELECT t.id, gen_random_uuid(), 'a kayak of my own', '{rare}', m.embedding"
-                    " FROM tenants t, (SELECT embedding FROM memories WHERE tenant_id = :tenant"
-                    "  LIMIT 1) m WHERE t.name LIKE :prefix || '%'"),
-                    {"prefix": prefix, "tenant": tenant.tenant_id})
-                await conn.execute(text("ANALYZE memories"))
+        async with beside_tiny_tenants(resources, tenant, tags=["rare"]):
             search_statements.clear()
             answer = await search(c, "kayak trip", tags=["rare"], categories=categories,
                                   top_k=20)
             plans = [await generic_plan(resources, s, a, marker)
                      for marker in ("rare_terms", "vec_ann")
                      for s, a in search_statements if marker in s]
-        finally:
-            async with resources.engine.begin() as conn:
-                await conn.execute(text("DELETE FROM tenants WHERE name LIKE :prefix || '%'"),
-                                   {"prefix": prefix})
 
     tagged = {m["id"] for m in created if m["tags"] == ["rare"]}
     assert len(tagged) == 10
@@ -916,22 +928,10 @@ async def test_the_listed_rows_are_read_by_id_however_few_rows_a_tenant_seems_to
     tiny (here: many one-row tenants; a table never analysed does too). There a plain
     join scanned or hashed all of the tenant's rows, 27 ms at 2,000 rows."""
     chosen = resources if path == "exact" else hnsw_resources
-    prefix = f"tiny-{uuid.uuid4().hex[:12]}-"
     async with make_client(chosen, tenant.headers) as c:
         await seed(c, [{"content": f"kayak trip number {i} along the coast", "user_id": f"u{i % 7}"}
                        for i in range(150)])
-        try:
-            async with chosen.engine.begin() as conn:
-                await conn.execute(text(
-                    "INSERT INTO tenants (id, name) SELECT gen_random_uuid(), :prefix || g"
-                    " FROM generate_series(1, 300) g"), {"prefix": prefix})
-                await conn.execute(text(
-                    "INSERT INTO memories (tenant_id, id, content, embedding)"
-                    " SELECT t.id, gen_random_uuid(), 'a kayak of my own', m.embedding"
-                    " FROM tenants t, (SELECT embedding FROM memories WHERE tenant_id = :tenant"
-                    "  LIMIT 1) m WHERE t.name LIKE :prefix || '%'"),
-                    {"prefix": prefix, "tenant": tenant.tenant_id})
-                await conn.execute(text("ANALYZE memories"))
+        async with beside_tiny_tenants(chosen, tenant):
             search_statements.clear()
             answer = await search(c, "kayak trip", top_k=20)
             # On the HNSW path the tenant is a sliver of the suite's shared index (beside
@@ -939,10 +939,6 @@ async def test_the_listed_rows_are_read_by_id_however_few_rows_a_tenant_seems_to
             # the statement exact, as it should: every vector statement that ran is checked.
             ran = [(s, a) for s, a in search_statements if "vec_ann" in s]
             plans = [await generic_plan(chosen, s, a, "vec_ann") for s, a in ran]
-        finally:
-            async with chosen.engine.begin() as conn:
-                await conn.execute(text("DELETE FROM tenants WHERE name LIKE :prefix || '%'"),
-                                   {"prefix": prefix})
 
     assert len(answer["results"]) == 20
     assert 1 <= len(plans) <= (1 if path == "exact" else 2)
