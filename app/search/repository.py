@@ -68,7 +68,10 @@ class SearchFilter:
 
 @dataclass(frozen=True)
 class RetrievalLimits:
-    vector_candidates: int = 20
+    """The statements' depths and bounds (Settings' search_* fields, see there)."""
+
+    vector_candidates: int = 50
+    hnsw_candidates: int = 20
     text_candidates: int = 50
     exact_below: int = 1000
     exact_cost_ratio: float = 9.0
@@ -265,7 +268,7 @@ vec_exact AS (
     FROM memories m
     WHERE {where} AND CAST(:small AS boolean)
     ORDER BY (m.embedding <=> CAST(:q AS halfvec(384))) + 0
-    LIMIT {kv}
+    LIMIT {kv_exact}
 ),
 vec_ann AS (
     SELECT m.id, m.embedding <=> CAST(:q AS halfvec(384)) AS dist
@@ -467,10 +470,15 @@ class SearchRepository:
         # Written into the statement: as parameters, a generic plan would assume a LIMIT of
         # a tenth of the table and join accordingly. The vector list is at least top_k
         # deep (so a query no row matches lexically still fills the answer), rounded up
-        # to a few depths so the statements to prepare stay few.
-        kv = max(limits.vector_candidates, top_k)
-        kv = next((d for d in (20, 50, 100) if kv <= d), kv)
-        return {"kv": int(kv), "kt": int(limits.text_candidates),
+        # to a few depths so the statements to prepare stay few; through HNSW (`kv`, also
+        # the depth the exact/HNSW crossover is costed at) no deeper than hnsw_candidates.
+        def depth(candidates: int) -> int:
+            d = max(candidates, top_k)
+            return int(next((step for step in (20, 50, 100) if d <= step), d))
+
+        return {"kv": depth(min(limits.hnsw_candidates, limits.vector_candidates)),
+                "kv_exact": depth(limits.vector_candidates),
+                "kt": int(limits.text_candidates),
                 "exact_below": int(limits.exact_below),
                 "text_match_cap": int(limits.text_match_cap)}
 

@@ -8,6 +8,7 @@ import uuid
 from typing import Any
 
 import httpx
+import pytest
 from sqlalchemy import text
 
 from app.resources import Resources
@@ -92,3 +93,27 @@ async def test_a_row_archived_expired_or_moved_after_the_text_statement_is_dropp
     rows = await vector_statement(resources, repo, matches)
 
     assert rows == []
+
+
+@pytest.mark.parametrize(("path", "depth"), [("exact", 50), ("hnsw", 20)])
+async def test_the_vector_list_is_deeper_where_the_scope_is_ranked_exactly(
+    resources: Resources, client: httpx.AsyncClient, tenant: TenantKey, path: str,
+    depth: int,
+) -> None:
+    """`vector_candidates` deep where the scope is ranked exactly (the whole scope is read
+    whatever the depth), `hnsw_candidates` deep through HNSW (each row more costs the
+    filtered scan); top_k below both."""
+    resp = await client.post("/v1/memories/batch", json={"items": [
+        {"content": f"diary entry {i}", "user_id": "alice"} for i in range(60)]})
+    assert resp.status_code == 201, resp.text
+    limits = RetrievalLimits(vector_candidates=50, hnsw_candidates=20,
+                             exact_below=1000 if path == "exact" else 5, exact_cost_ratio=0)
+    repo = await repository(resources, tenant)
+    matches = await repo.text_matches("zebra", ALICE, limits)
+    assert matches.small is (path == "exact")
+    (vector,) = await resources.embedder.embed(["zebra"])
+
+    rows = await repo.candidates(matches, vector, ALICE, limits, top_k=5)
+
+    assert sorted(r.vector_rank for r in rows if r.vector_rank is not None) == list(
+        range(1, depth + 1))
