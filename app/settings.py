@@ -76,6 +76,9 @@ class Settings(BaseSettings):
     search_importance_weight: float = Field(default=0.02, ge=0, le=10)
     search_recency_weight: float = Field(default=0.01, ge=0, le=10)
     search_recency_half_life_days: float = Field(default=30.0, gt=0, le=36500)
+    # Added to the score of a memory written on a day the query names (app/search/stages/
+    # date_match.py); 0 turns it off.
+    search_date_weight: float = Field(default=0.3, ge=0, le=10)
     summary_downweight_factor: float = Field(default=0.5, gt=0, le=10)
     summary_boost_factor: float = Field(default=2.0, ge=1, le=10)
     # A candidate with no full-text match and a cosine similarity under this is dropped,

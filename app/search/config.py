@@ -15,6 +15,7 @@ def build_pipeline(settings: Settings) -> SearchPipeline:
         importance_weight=settings.search_importance_weight,
         recency_weight=settings.search_recency_weight,
         recency_half_life_days=settings.search_recency_half_life_days,
+        date_weight=settings.search_date_weight,
         summary_downweight_factor=settings.summary_downweight_factor,
         summary_boost_factor=settings.summary_boost_factor,
         min_similarity=settings.min_similarity,

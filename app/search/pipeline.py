@@ -3,7 +3,7 @@
 Candidate retrieval (the one stage that needs the database) and the query
 embedding (I/O) happen in the service before `SearchPipeline.run`; everything
 after them is here, in this fixed order: relevance floor -> fusion -> scoring ->
-summary down-weight -> cut to top_k.
+date match -> summary down-weight -> cut to top_k.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from app.search.stages.base import Stage
 from app.search.stages.cut import CutToTopK
+from app.search.stages.date_match import DateMatch
 from app.search.stages.fusion import ReciprocalRankFusion
 from app.search.stages.relevance_floor import RelevanceFloor
 from app.search.stages.scoring import ImportanceRecencyScoring
@@ -44,6 +45,7 @@ class PipelineConfig:
     importance_weight: float = 0.02
     recency_weight: float = 0.01
     recency_half_life_days: float = 30.0
+    date_weight: float = 0.3
     summary_downweight_factor: float = 0.5
     summary_boost_factor: float = 1.0
     # -1 keeps every candidate (see RelevanceFloor).
@@ -61,6 +63,7 @@ def build_stages(config: PipelineConfig) -> tuple[Stage, ...]:
             recency_weight=config.recency_weight,
             recency_half_life_days=config.recency_half_life_days,
         ),
+        DateMatch(weight=config.date_weight),
         SummaryDownweight(
             factor=config.summary_downweight_factor, boost=config.summary_boost_factor
         ),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import date, datetime
 from typing import Literal
 
 QueryStyle = Literal["summary", "regular"]
@@ -109,6 +109,8 @@ class QueryAnalysis:
     text: str
     style: QueryStyle
     embedding: tuple[float, ...] | None = field(default=None, repr=False)
+    # The calendar days the query names (app/search/stages/query_dates.py).
+    dates: tuple[date, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

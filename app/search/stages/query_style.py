@@ -46,6 +46,7 @@ import re
 import unicodedata
 from typing import Final
 
+from app.search.stages.query_dates import query_dates
 from app.search.types import QueryAnalysis, QueryStyle
 
 # --- normalisation ---------------------------------------------------------------------------
@@ -234,4 +235,5 @@ def classify_query_style(text: str) -> QueryStyle:
 
 def analyze_query(text: str, embedding: tuple[float, ...] | None = None) -> QueryAnalysis:
     """The query analysis stage minus the embedding call, which the service makes (it is I/O)."""
-    return QueryAnalysis(text=text, style=classify_query_style(text), embedding=embedding)
+    return QueryAnalysis(text=text, style=classify_query_style(text), embedding=embedding,
+                         dates=query_dates(text))

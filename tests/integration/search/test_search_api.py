@@ -27,7 +27,7 @@ from app.search.reader import search_server_settings
 from tests.conftest import TenantKey, create_tenant_key, make_client
 
 PROBLEM_JSON = "application/problem+json"
-STAGES = ("relevance_floor", "fusion", "scoring", "summary_downweight", "cut")
+STAGES = ("relevance_floor", "fusion", "scoring", "date_match", "summary_downweight", "cut")
 HNSW_INDEX = "ix_memories_embedding_hnsw"
 # Scopes at or above this many rows take the HNSW path in the `hnsw` variant.
 SMALL_EXACT_BELOW = 5
@@ -293,6 +293,8 @@ async def test_explain_reports_every_stage_for_every_result(client: httpx.AsyncC
         assert scoring["relevance"] == pytest.approx(fusion["score"])
         assert scoring["score"] == pytest.approx(
             scoring["relevance"] + scoring["importance_term"] + scoring["recency_term"])
+        # The query names no day.
+        assert explanation["date_match"] == {"matched": False, "score": scoring["score"]}
         assert downweight["score_before"] == pytest.approx(scoring["score"])
         assert downweight == {**downweight, "is_summary": False, "applied": False,
                               "multiplier": 1.0}

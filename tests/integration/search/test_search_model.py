@@ -281,3 +281,71 @@ async def test_a_user_scope_never_returns_the_other_users_memories(
     assert corpus.users[unscoped["results"][0]["memory"]["id"]] != user
 
 
+
+
+# --- a question that names a day ---------------------------------------------------------------
+
+CAROL_VISITS = {
+    "plumber": ("Carol said the plumber is coming to fix the kitchen sink", 10),
+    "electrician": ("Carol said the electrician is coming to fix the kitchen lights", 12),
+    "painter": ("Carol said the painter is coming to redo the kitchen walls", 14),
+}
+
+
+@pytest.mark.parametrize("day", ["12 February 2026", "February 12, 2026", "2026-02-12"])
+async def test_a_question_that_names_a_day_gets_that_day_s_memory_first(
+    model_client: httpx.AsyncClient, day: str,
+) -> None:
+    """Three memories alike but for their trade and the day they were written: the day the
+    question names decides, and explain says which memory it matched."""
+    ids = {}
+    for key, (content, day_of_month) in CAROL_VISITS.items():
+        resp = await model_client.post("/v1/memories", json={
+            "content": content, "user_id": f"carol-{day}",
+            "created_at": datetime(2026, 2, day_of_month, 18, tzinfo=UTC).isoformat()})
+        assert resp.status_code == 201, resp.text
+        ids[resp.json()["id"]] = key
+
+    answer = await search(model_client, f"What did Carol say about the kitchen on {day}?",
+                          user_id=f"carol-{day}")
+
+    assert ids[answer["results"][0]["memory"]["id"]] == "electrician"
+    assert {ids[r["memory"]["id"]]: r["explanation"]["date_match"]["matched"]
+            for r in answer["results"]} == {"plumber": False, "electrician": True,
+                                            "painter": False}
+
+
+async def test_a_memory_about_the_named_day_still_beats_that_day_s_unrelated_ones(
+    model_client: httpx.AsyncClient,
+) -> None:
+    """The day is a bonus, not a filter: the memory that answers the question, written
+    weeks before the day it is about, stays above what was said that day about other
+    things."""
+    memories = [
+        ("Dana's dentist appointment is on 8 May 2026 at nine in the morning", 4, 1),
+        ("Dana bought new running shoes", 5, 8),
+        ("Dana watered the tomato plants on the balcony", 5, 8),
+        ("Dana called her sister who lives in Porto", 5, 8),
+        ("Dana started reading a novel about a lighthouse keeper", 3, 2),
+        ("Dana's car needs new winter tyres", 3, 9),
+        ("Dana is learning to bake sourdough bread", 3, 15),
+        ("Dana adopted a grey cat called Miso", 3, 21),
+        ("Dana's team at work moved to a new office", 4, 12),
+        ("Dana prefers aisle seats on trains", 4, 20),
+    ]
+    first = None
+    for content, month, day in memories:
+        resp = await model_client.post("/v1/memories", json={
+            "content": content, "user_id": "dana",
+            "created_at": datetime(2026, month, day, 18, tzinfo=UTC).isoformat()})
+        assert resp.status_code == 201, resp.text
+        first = first or resp.json()["id"]
+
+    answer = await search(model_client, "Is Dana's dentist appointment on 8 May 2026?",
+                          user_id="dana")
+
+    assert answer["results"][0]["memory"]["id"] == first
+    assert answer["results"][0]["explanation"]["date_match"]["matched"] is False
+    # That day's memories follow it.
+    assert [r["explanation"]["date_match"]["matched"] for r in answer["results"][1:4]] == [
+        True, True, True]

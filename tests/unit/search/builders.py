@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 from app.search.types import Candidate, QueryAnalysis, QueryStyle, SearchContext
 
@@ -41,9 +41,10 @@ def make_context(
     top_k: int = 10,
     include_summaries: bool = True,
     explain: bool = True,
+    dates: tuple[date, ...] = (),
 ) -> SearchContext:
     return SearchContext(
-        query=QueryAnalysis(text="query", style=style),
+        query=QueryAnalysis(text="query", style=style, dates=dates),
         candidates=tuple(candidates),
         top_k=top_k,
         now=NOW,

@@ -1,0 +1,43 @@
+"""Raises the memories written on a day the query names ("what did Tom say on 8 May 2023").
+
+A memory's `created_at` is when it was said, and a query that names a day asks about
+what was said that day, so a memory of that day (UTC) gets `weight` added to its score.
+It is added, not multiplied, so it lifts a same-day memory past others of similar
+relevance without making relevance to the rest of the query moot: the fused score is at
+most 1. Full-text search matches the day too (each row's date is indexed as words), but
+as three common words among the query's others.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, date
+
+from app.search.types import Candidate, SearchContext
+
+
+@dataclass(frozen=True, slots=True)
+class DateMatch:
+    weight: float = 0.3
+
+    @property
+    def name(self) -> str:
+        return "date_match"
+
+    def __post_init__(self) -> None:
+        if self.weight < 0:
+            raise ValueError("weight must be >= 0")
+
+    def __call__(self, ctx: SearchContext, /) -> SearchContext:
+        days = ctx.query.dates
+        if not ctx.explain and (not days or self.weight == 0):
+            return ctx
+        return ctx.with_candidates(tuple(self._apply(c, days, ctx.explain)
+                                         for c in ctx.candidates))
+
+    def _apply(self, c: Candidate, days: tuple[date, ...], explain: bool) -> Candidate:
+        matched = c.created_at.astimezone(UTC).date() in days
+        score = c.score + self.weight if matched else c.score
+        if not explain:
+            return c.rescored(score) if matched else c
+        return c.rescored(score, self.name, {"matched": matched, "score": score})
