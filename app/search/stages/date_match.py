@@ -1,11 +1,12 @@
 """Raises the memories written on a day the query names ("what did Tom say on 8 May 2023").
 
-A memory's `created_at` is when it was said, and a query that names a day asks about
-what was said that day, so a memory of that day (UTC) gets `weight` added to its score.
-It is added, not multiplied, so it lifts a same-day memory past others of similar
-relevance without making relevance to the rest of the query moot: the fused score is at
-most 1. Full-text search matches the day too (each row's date is indexed as words), but
-as three common words among the query's others.
+A memory's `created_at` is when it was said, and a query that names a day most often
+asks what was said that day, so a memory of that day (UTC) gets `weight` added to its
+score. A bonus, not a filter: the query may name the day a memory written earlier is
+about ("is the dentist on 8 May?"), and that memory must still outrank the day's
+unrelated ones. Added, not multiplied, and small next to the fused score (at most 1).
+Full-text search matches the day too (each row's date is indexed as words), but as three
+common words among the query's others.
 """
 
 from __future__ import annotations
