@@ -62,12 +62,12 @@ class Settings(BaseSettings):
 
     # Search: candidate depth of each list, the fusion and scoring weights, the summary
     # down-weight. Chosen from the sweep in bench/retrieval_eval.py (see the README).
-    # The vector list's depth. Through the HNSW index (a large scope) at most
-    # search_hnsw_candidates: there each row more costs the filtered scan (a 10% user at
+    # The vector list's depth; through the HNSW index (a large scope) at most
+    # search_hnsw_candidates. There each row more costs the filtered scan (a 10% user at
     # 100k rows: 3.8 -> 6.5 ms for 50 rows instead of 20), while a scope ranked exactly is
-    # read whole whatever the depth, and the deeper list kept summaries from crowding out
-    # facts (bench/retrieval_eval.py: a regular recall@10 drop of 0.5 instead of 1.04).
-    search_vector_candidates: int = Field(default=50, ge=1, le=1000)
+    # read whole whatever the depth, so the exact path can be made deeper cheaply. 20 for
+    # both: with the date match, 50 scored no better (bench/retrieval_eval.py).
+    search_vector_candidates: int = Field(default=20, ge=1, le=1000)
     search_hnsw_candidates: int = Field(default=20, ge=1, le=1000)
     search_text_candidates: int = Field(default=100, ge=1, le=1000)
     search_rrf_k: float = Field(default=2.0, ge=0, le=1000)

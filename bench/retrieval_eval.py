@@ -1113,6 +1113,13 @@ async def run(args: argparse.Namespace) -> int:
             f"queries x 4 boosts + {len(by_style['regular'])} regular x 3 down-weights) ...")
         sums: dict[tuple[str, str, float, float], SummaryRun] = {}
         examples: dict[str, tuple[str, list[int]]] = {}
+        # The defaults' regular recall@10 without summaries, apart for the questions that
+        # name a day: summaries are dated to their session, so those are the ones a
+        # summary competes with on the day's words (and on the date match).
+        dated = [q for q in by_style["regular"] if query_dates(q.text)]
+        undated = [q for q in by_style["regular"] if not query_dates(q.text)]
+        plain, _ = await ev.pipeline(points[pkey(defaults)].overrides, by_style["regular"])
+        split_rows = [("without summaries", score(plain, undated), score(plain, dated))]
         for variant, builder in SUMMARY_VARIANTS.items():
             t = time.perf_counter()
             contents = await add_summaries(maker, inner, base, corpus, dataset, builder)
@@ -1131,6 +1138,10 @@ async def run(args: argparse.Namespace) -> int:
                 for down in sorted({f[1] for f in FACTORS}):
                     by_down[down], _ = await ev.pipeline(
                         {**c.overrides, "summary_downweight_factor": down}, by_style["regular"])
+                at = by_down.get(base.summary_downweight_factor)
+                if c.overrides == points[pkey(defaults)].overrides and at is not None:
+                    split_rows.append((f"with {variant} summaries", score(at, undated),
+                                       score(at, dated)))
                 for boost, down in FACTORS:
                     ranks = {**by_boost[boost], **by_down[down]}
                     sums[(variant, pkey(c.overrides), boost, down)] = SummaryRun(
@@ -1299,6 +1310,14 @@ async def run(args: argparse.Namespace) -> int:
                              f"{pts(sr.top['any_top'])}% |")
                 print(line)
         print("(* = the current defaults of the two factors)")
+        print(f"\nThe defaults' regular R@10 at down-weight {base.summary_downweight_factor:g}, "
+              f"apart for the {len(undated)} regular questions that name no day and the "
+              f"{len(dated)} that name one\n")
+        print("| | naming no day | naming a day |")
+        print("| --- | --- | --- |")
+        for label, on_undated, on_dated in split_rows:
+            print(f"| {label} | {pts(on_undated['regular'].recall_10)} | "
+                  f"{pts(on_dated['regular'].recall_10)} |")
 
         rec_tables = [(f"recommended + {v} summaries", sums[(v, pkey(rec.overrides), rec_boost,
                                                             rec_down)].result)

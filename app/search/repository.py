@@ -70,7 +70,7 @@ class SearchFilter:
 class RetrievalLimits:
     """The statements' depths and bounds (Settings' search_* fields, see there)."""
 
-    vector_candidates: int = 50
+    vector_candidates: int = 20
     hnsw_candidates: int = 20
     text_candidates: int = 50
     exact_below: int = 1000
