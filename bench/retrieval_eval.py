@@ -55,7 +55,9 @@ What it does (5-6 minutes on an idle 2-core machine at full size; ~14 with other
    the top 3 (and at rank 1). The recommended settings are the point within 1 point of the
    best regular recall@10 (and beating every baseline) whose worst case over the two
    constructions keeps the drop within 1 point and puts the right summary in the top 3
-   most often.
+   most often. For the defaults it also splits regular recall@10 (without summaries, with
+   each construction) between the questions that name a day and the others: a session's
+   summary is dated to it and carries its day's words, so the former are where it competes.
 
 Ties (equal BM25 scores, equal distances, equal final scores) are broken by memory id in
 the SQL and the cut. The memories here get ids in the order they are stored (uuid7s one
