@@ -1120,8 +1120,8 @@ async def run(args: argparse.Namespace) -> int:
         # summary competes with on the day's words (and on the date match).
         dated = [q for q in by_style["regular"] if query_dates(q.text)]
         undated = [q for q in by_style["regular"] if not query_dates(q.text)]
-        plain, _ = await ev.pipeline(points[pkey(defaults)].overrides, by_style["regular"])
-        split_rows = [("without summaries", score(plain, undated), score(plain, dated))]
+        split_rows = [("without summaries", score(default_rank, undated),
+                       score(default_rank, dated))]
         for variant, builder in SUMMARY_VARIANTS.items():
             t = time.perf_counter()
             contents = await add_summaries(maker, inner, base, corpus, dataset, builder)
