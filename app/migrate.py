@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from types import ModuleType
 
 from alembic import command
 from alembic.config import Config
@@ -32,6 +33,16 @@ def alembic_config(url: str | None = None) -> Config:
 
 def head_revision() -> str | None:
     return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def revision_module(revision: str) -> ModuleType:
+    """A migration's module, for a later migration's downgrade to restore the SQL that
+    revision wrote (a migration freezes its own SQL rather than import the current one)."""
+    script = ScriptDirectory.from_config(alembic_config()).get_revision(revision)
+    if script is None:
+        raise LookupError(f"no migration {revision}")
+    module: ModuleType = script.module
+    return module
 
 
 def _upgrade(connection: Connection, revision: str) -> None:

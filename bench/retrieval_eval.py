@@ -39,9 +39,10 @@ What it does (5-6 minutes on an idle 2-core machine at full size; ~14 with other
    runs them); the pipeline, which is what the fusion settings change, runs for every point.
 
 4. Adds one summary per session (synthesize-only: the turns stay; fact_role='summary',
-   summary_of = the session's memory ids, created_at = the session date, same user_id and
-   session_id, importance = consolidation_summary_importance, source='summary', embedded
-   with the same model, written with MemoryRepository), in two deterministic constructions,
+   summary_of = the session's memory ids, created_at = now and covered_days = the session
+   date, as consolidation writes them (migration 0010), same user_id and session_id,
+   importance = consolidation_summary_importance, source='summary', embedded with the same
+   model, written with MemoryRepository), in two deterministic constructions,
    one after the other (the first is deleted before the second is written):
      extractive  "Summary of the conversation between A and B on DATE:" + the extractive
                  op (app.consolidation.ops.extractive.extract, 4000 chars) over the turns
@@ -57,7 +58,7 @@ What it does (5-6 minutes on an idle 2-core machine at full size; ~14 with other
    constructions keeps the drop within 1 point and puts the right summary in the top 3
    most often. For the defaults it also splits regular recall@10 (without summaries, with
    each construction) between the questions that name a day and the others: a session's
-   summary is dated to it and carries its day's words, so the former are where it competes.
+   summary covers its day and carries its day's words, so the former are where it competes.
 
 Ties (equal BM25 scores, equal distances, equal final scores) are broken by memory id in
 the SQL and the cut. The memories here get ids in the order they are stored (uuid7s one
@@ -381,7 +382,9 @@ async def add_summaries(maker: async_sessionmaker[AsyncSession], embedder: Local
             "tags": [], "importance": settings.consolidation_summary_importance,
             "metadata_": {"summary_of_session": s}, "source": "summary",
             "fact_role": "summary", "summary_of": list(corpus.session_memories[s]),
-            "created_at": noon(first.day), "updated_at": now, "expires_at": None,
+            # Written now, about the session's day, as consolidation writes a summary.
+            "created_at": now, "updated_at": now, "expires_at": None,
+            "covered_days": sorted({t.day for t in by_session[s]}),
             "archived_at": None, "consolidation_id": None, "embedding": vector,
         })
         corpus.summaries[s] = summary_id

@@ -298,10 +298,18 @@ LOCK_SOURCES = """
      WHERE tenant_id = $1 AND id = ANY($2::uuid[])
      ORDER BY id
        FOR UPDATE"""
+_SUMMARY_OF = f"${SUMMARY_COLUMNS.index('summary_of') + 2}::uuid[]"
+# A summary's days are its sources' (a fact's UTC day, a summary's covered days), read in
+# the transaction that has just locked them (migration 0010).
 INSERT_SUMMARY = f"""
-    INSERT INTO memories (tenant_id, {", ".join(SUMMARY_COLUMNS)})
+    INSERT INTO memories (tenant_id, {", ".join(SUMMARY_COLUMNS)}, covered_days)
     VALUES ($1, {", ".join(f"${i}" for i in range(2, len(SUMMARY_COLUMNS)))},
-            ${len(SUMMARY_COLUMNS)}::jsonb, ${len(SUMMARY_COLUMNS) + 1}::text::halfvec)"""
+            ${len(SUMMARY_COLUMNS)}::jsonb, ${len(SUMMARY_COLUMNS) + 1}::text::halfvec,
+            (SELECT coalesce(array_agg(DISTINCT d.day ORDER BY d.day), '{{}}')
+               FROM memories s CROSS JOIN LATERAL unnest(
+                    CASE WHEN cardinality(s.covered_days) > 0 THEN s.covered_days
+                         ELSE ARRAY[(s.created_at AT TIME ZONE 'UTC')::date] END) AS d(day)
+              WHERE s.tenant_id = $1 AND s.id = ANY({_SUMMARY_OF})))"""
 ARCHIVE = """
     UPDATE memories
        SET archived_at = now(),

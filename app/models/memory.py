@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 from pgvector.sqlalchemy import HALFVEC
 from sqlalchemy import (
     CheckConstraint,
+    Date,
     DateTime,
     FetchedValue,
     Float,
@@ -104,6 +105,9 @@ class Memory(Base):
     source: Mapped[str] = mapped_column(String(64), server_default="api")
     fact_role: Mapped[str] = mapped_column(String(16), server_default="fact")
     summary_of: Mapped[list[uuid.UUID]] = mapped_column(ARRAY(UUID), server_default="{}")
+    # A summary's: the UTC days of the facts it covers (migration 0010), which the date
+    # match and the full-text day words read instead of its write date; [] for a fact.
+    covered_days: Mapped[list[date]] = mapped_column(ARRAY(Date), server_default="{}")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True),
                                                  server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True),
@@ -112,5 +116,6 @@ class Memory(Base):
     archived_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     consolidation_id: Mapped[uuid.UUID | None] = mapped_column(UUID)
     embedding: Mapped[Any] = mapped_column(HALFVEC(EMBEDDING_DIMENSIONS))
-    # Maintained by the memories_tsv trigger (migration 0003): content plus the UTC date.
+    # Maintained by the memories_tsv trigger (migrations 0003, 0010): content plus the UTC
+    # day words (a summary's covered days).
     tsv: Mapped[Any] = mapped_column(TSVECTOR, server_default=FetchedValue())

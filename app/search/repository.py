@@ -39,7 +39,7 @@ import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any, NamedTuple
 
 from app.db import Fetcher
@@ -111,6 +111,7 @@ class RetrievedRow(NamedTuple):
     vector_similarity: float | None
     text_rank: int | None
     text_score: float | None
+    covered_days: tuple[date, ...] = ()
 
     def memory(self) -> Memory:
         record = dict(zip(MEMORY_KEYS, self.columns, strict=True))
@@ -333,7 +334,8 @@ _MEMORY_COLUMNS = (
     "archived_at, consolidation_id"
 )
 MEMORY_KEYS = tuple(c.strip() for c in _MEMORY_COLUMNS.split(","))
-_COLUMNS = ", ".join(f"m.{c}" for c in MEMORY_KEYS)
+# The answer's columns, then what only the pipeline reads: a summary's covered days.
+_COLUMNS = ", ".join(f"m.{c}" for c in (*MEMORY_KEYS, "covered_days"))
 _ID, _IMPORTANCE, _CREATED_AT, _FACT_ROLE = (
     MEMORY_KEYS.index(k) for k in ("id", "importance", "created_at", "fact_role")
 )
@@ -542,9 +544,9 @@ class SearchRepository:
             "text_scores": list(text.scores),
         }
         result = await self._fetch(_VECTOR_SQL, filters, params, sizes)
-        # By position, as in _VECTOR_SQL.
+        # By position, as in _VECTOR_SQL: the memory's columns, its covered days, the ranks.
         n = len(MEMORY_KEYS)
-        if not exact and sum(row[n] is not None for row in result) < sizes["kv"]:
+        if not exact and sum(row[n + 1] is not None for row in result) < sizes["kv"]:
             # A filtered HNSW scan gives up after hnsw.max_scan_tuples, so a scope that is
             # a sliver of the index can come back short. The exact ranking always fills;
             # it costs a second statement, only then.
@@ -552,6 +554,7 @@ class SearchRepository:
             result = await self._fetch(_VECTOR_SQL, filters, params, sizes)
         return [
             RetrievedRow(row[_ID], row[_IMPORTANCE], row[_CREATED_AT], row[_FACT_ROLE],
-                         row[:n], row[n], row[n + 1], row[n + 2], row[n + 3])
+                         row[:n], row[n + 1], row[n + 2], row[n + 3], row[n + 4],
+                         tuple(row[n]) if row[n] else ())
             for row in result
         ]

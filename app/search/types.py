@@ -40,6 +40,8 @@ class Candidate:
     vector_similarity: float | None = None
     text_rank: int | None = None
     text_score: float | None = None
+    # A summary's: the days of the facts it covers (its created_at is when it was written).
+    covered_days: tuple[date, ...] = ()
     score: float = 0.0
     explanation: Explanation = field(default_factory=dict, hash=False)
 
@@ -60,18 +62,19 @@ class Candidate:
             explanation = {**explanation, stage: details}
         return _built(self.memory_id, self.payload, self.importance, self.created_at,
                       self.fact_role, self.vector_rank, self.vector_similarity,
-                      self.text_rank, self.text_score, score, explanation)
+                      self.text_rank, self.text_score, self.covered_days, score, explanation)
 
     @classmethod
     def retrieved(
         cls, memory_id: uuid.UUID, payload: object, importance: float, created_at: datetime,
         fact_role: str, vector_rank: int | None, vector_similarity: float | None,
         text_rank: int | None, text_score: float | None,
+        covered_days: tuple[date, ...] = (),
     ) -> Candidate:
         """A candidate as retrieval found it (score 0, no explanation); the same as the
         constructor, for the ~120 candidates of every search."""
         return _built(memory_id, payload, importance, created_at, fact_role, vector_rank,
-                      vector_similarity, text_rank, text_score, 0.0, {})
+                      vector_similarity, text_rank, text_score, covered_days, 0.0, {})
 
 
 _new = object.__new__
@@ -81,7 +84,8 @@ _set = object.__setattr__
 def _built(
     memory_id: uuid.UUID, payload: object, importance: float, created_at: datetime,
     fact_role: str, vector_rank: int | None, vector_similarity: float | None,
-    text_rank: int | None, text_score: float | None, score: float, explanation: Explanation,
+    text_rank: int | None, text_score: float | None, covered_days: tuple[date, ...],
+    score: float, explanation: Explanation,
 ) -> Candidate:
     # Slot by slot, past the frozen __init__ (which sets each field through
     # object.__setattr__ too, after binding keywords): every stage rescores every
@@ -97,6 +101,7 @@ def _built(
     _set(c, "vector_similarity", vector_similarity)
     _set(c, "text_rank", text_rank)
     _set(c, "text_score", text_score)
+    _set(c, "covered_days", covered_days)
     _set(c, "score", score)
     _set(c, "explanation", explanation)
     return c

@@ -20,12 +20,11 @@ Create Date: 2026-11-24
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Sequence
-from pathlib import Path
-from types import ModuleType
 
 from alembic import op
+
+from app.migrate import revision_module
 
 revision: str = "0009"
 down_revision: str | None = "0008"
@@ -96,17 +95,6 @@ def function(event: str, changed: str, deltas: str) -> str:
     )
 
 
-def _migration_0004() -> ModuleType:
-    # The functions as 0004 wrote them, for the downgrade, from that file itself.
-    path = Path(__file__).with_name("2026_11_22_0004_term_stats.py")
-    spec = importlib.util.spec_from_file_location("engram_migration_0004", path)
-    if spec is None or spec.loader is None:
-        raise RuntimeError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def upgrade() -> None:
     for event, changed in CHANGED.items():
         op.execute(function(event, changed, _DELTAS))
@@ -114,7 +102,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    previous = _migration_0004()
+    # The functions as 0004 wrote them.
+    previous = revision_module("0004")
     for event in CHANGED:
         op.execute(function(event, previous.CHANGED[event], previous._DELTAS))
     op.execute("DELETE FROM term_stats WHERE lexeme LIKE ' %'")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -172,3 +173,64 @@ async def test_the_term_statistics_are_backfilled_from_existing_memories(
     assert stats["pie"] == (1, 0)
     assert "rotten" not in stats
     assert stats[""] == (2, lengths)
+
+
+def at(year: int, month: int, day: int, hour: int = 12, minute: int = 0, *,
+       hours: int = 0) -> datetime:
+    """A time at `hours` east of UTC."""
+    return datetime(year, month, day, hour, minute, tzinfo=timezone(timedelta(hours=hours)))
+
+
+# A row's day words: its full-text entries of weight D (the content's are A).
+WORDS = "ARRAY(SELECT w FROM unnest(tsvector_to_array(ts_filter(tsv, '{d}'))) AS w ORDER BY w)"
+
+
+async def test_summaries_get_the_days_they_cover_and_lose_them_on_downgrade(
+    fresh_engine: AsyncEngine,
+) -> None:
+    """Migration 0010 fills each stored summary's covered days from the facts under it,
+    through summaries of summaries, and indexes their words instead of the write date;
+    its downgrade puts the write date's words back."""
+    await upgrade_to_head(fresh_engine, "0009")
+    vector = "[" + ",".join(["0.05"] * 384) + "]"
+    ids = {name: uuid.uuid4() for name in ("may8", "may9", "june1", "inner", "outer", "lost")}
+    rows = [  # name, role, created_at, summary_of
+        ("may8", "fact", at(2023, 5, 8, 23, 30), []),
+        ("may9", "fact", at(2023, 5, 9, 1, 0, hours=2), []),  # 8 May in UTC
+        ("june1", "fact", at(2023, 6, 1), []),
+        ("inner", "summary", at(2026, 6, 30), [ids["may8"], ids["may9"]]),
+        ("outer", "summary", at(2026, 7, 1), [ids["inner"], ids["june1"]]),
+        ("lost", "summary", at(2026, 7, 2), [uuid.uuid4()]),  # its fact was deleted
+    ]
+    async with fresh_engine.begin() as conn:
+        for name, role, created, summary_of in rows:
+            await conn.execute(text(
+                "INSERT INTO memories (tenant_id, id, content, fact_role, summary_of,"
+                " created_at, embedding) VALUES (:t, :id, 'words', :role,"
+                " CAST(:of AS uuid[]), :at, CAST(:v AS halfvec(384)))"
+            ), {"t": DEFAULT_TENANT_ID, "id": ids[name], "role": role, "of": summary_of,
+                "at": created, "v": vector})
+
+    await upgrade_to_head(fresh_engine)
+
+    async with fresh_engine.connect() as conn:
+        found = {name: (await conn.execute(text(
+            f"SELECT covered_days, {WORDS} AS words FROM memories WHERE id = :id"),
+            {"id": ids[name]})).one() for name in ids}
+    may8, june1 = date(2023, 5, 8), date(2023, 6, 1)
+    assert found["may8"].covered_days == []
+    assert found["may8"].words == ["2023", "8", "may"]
+    assert found["may9"].words == ["2023", "8", "may"]
+    assert found["inner"].covered_days == [may8]
+    assert found["inner"].words == ["2023", "8", "may"]
+    assert found["outer"].covered_days == [may8, june1]
+    assert found["outer"].words == ["1", "2023", "8", "june", "may"]
+    assert found["lost"].covered_days == []
+    assert found["lost"].words == ["2", "2026", "juli"]
+
+    await downgrade(fresh_engine, "0009")
+
+    async with fresh_engine.connect() as conn:
+        words = (await conn.execute(text(f"SELECT {WORDS} FROM memories WHERE id = :id"),
+                                    {"id": ids["outer"]})).scalar()
+    assert words == ["1", "2026", "juli"]

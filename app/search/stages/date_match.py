@@ -7,10 +7,15 @@ about ("is the dentist on 8 May?"), and that memory must still outrank the day's
 unrelated ones. Added, not multiplied, and small next to the fused score (at most 1).
 Full-text search matches the day too (each row's date is indexed as words), but as three
 common words among the query's others.
+
+A summary's day is not its `created_at` (when consolidation wrote it, perhaps months
+later) but the days of the facts it covers (`covered_days`, migration 0010): "what did we
+discuss on 8 May 2023" is lifted to the summary of that day's conversation.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, date
 
@@ -33,11 +38,15 @@ class DateMatch:
         days = ctx.query.dates
         if not ctx.explain and (not days or self.weight == 0):
             return ctx
-        return ctx.with_candidates(tuple(self._apply(c, days, ctx.explain)
+        named = frozenset(days)
+        return ctx.with_candidates(tuple(self._apply(c, named, ctx.explain)
                                          for c in ctx.candidates))
 
-    def _apply(self, c: Candidate, days: tuple[date, ...], explain: bool) -> Candidate:
-        matched = c.created_at.astimezone(UTC).date() in days
+    def _apply(self, c: Candidate, days: Collection[date], explain: bool) -> Candidate:
+        if c.covered_days:
+            matched = any(day in days for day in c.covered_days)
+        else:
+            matched = c.created_at.astimezone(UTC).date() in days
         score = c.score + self.weight if matched else c.score
         if not explain:
             return c.rescored(score) if matched else c

@@ -349,3 +349,54 @@ async def test_a_memory_about_the_named_day_still_beats_that_day_s_unrelated_one
     # That day's memories follow it.
     assert [r["explanation"]["date_match"]["matched"] for r in answer["results"][1:4]] == [
         True, True, True]
+
+
+# --- a question that names the day a summary covers ------------------------------------------
+
+TRIP_SESSIONS = {
+    "rome": (3, [
+        "Erin and Sam compared flights to Rome for the spring holiday",
+        "Erin and Sam chose a small hotel near the Pantheon",
+        "Erin and Sam agreed to visit the Vatican museums on the first morning",
+        "Erin and Sam decided to rent scooters in Rome",
+    ]),
+    "florence": (17, [
+        "Erin and Sam compared trains from Rome to Florence",
+        "Erin and Sam chose a guesthouse near the Duomo in Florence",
+        "Erin and Sam agreed to book the Uffizi gallery tickets in advance",
+        "Erin and Sam decided to take a cooking class in Florence",
+    ]),
+}
+
+
+@pytest.mark.parametrize(("asked", "day"), [("rome", "3 March 2026"),
+                                            ("florence", "17 March 2026")])
+async def test_a_recap_of_a_named_day_gets_the_summary_of_that_day_written_later(
+    model_client: httpx.AsyncClient, asked: str, day: str,
+) -> None:
+    """Two conversations of the same kind on two days, each consolidated today: the summary
+    whose facts were said on the named day comes first, though both were written today."""
+    user = f"erin-{asked}"
+    summary_of = {}
+    for session, (day_of_month, contents) in TRIP_SESSIONS.items():
+        resp = await model_client.post("/v1/memories/batch", json={"items": [
+            {"content": c, "user_id": user, "session_id": session,
+             "created_at": datetime(2026, 3, day_of_month, 18, i, tzinfo=UTC).isoformat()}
+            for i, c in enumerate(contents)]})
+        assert resp.status_code == 201, resp.text
+        run = await model_client.post("/v1/consolidations", json={
+            "user_id": user, "session_id": session, "mode": "synthesize_only"})
+        assert run.status_code == 200, run.text
+        (group,) = run.json()["groups"]
+        summary_of[group["summary_id"]] = session
+
+    answer = await search(model_client, f"Give me a recap of what Erin and Sam discussed on {day}",
+                          user_id=user)
+
+    assert answer["query_style"] == "summary"
+    top = answer["results"][0]
+    assert summary_of.get(top["memory"]["id"]) == asked
+    assert top["explanation"]["date_match"]["matched"] is True
+    other = next(r for r in answer["results"]
+                 if r["memory"]["id"] in summary_of and r is not top)
+    assert other["explanation"]["date_match"]["matched"] is False

@@ -19,6 +19,7 @@ def make_candidate(
     importance: float = 0.5,
     age_days: float = 0.0,
     fact_role: str = "fact",
+    covered_days: tuple[date, ...] = (),
 ) -> Candidate:
     """Candidate number `n`, with a predictable id so ties sort predictably."""
     return Candidate(
@@ -31,6 +32,7 @@ def make_candidate(
         vector_similarity=None if vector_rank is None else 1.0 - vector_rank / 100,
         text_rank=text_rank,
         text_score=None if text_rank is None else 1.0 / text_rank,
+        covered_days=covered_days,
         score=score,
     )
 

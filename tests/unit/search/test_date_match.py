@@ -56,7 +56,19 @@ def test_weight_zero_is_off_and_negative_is_refused() -> None:
         DateMatch(weight=-0.1)
 
 
-def test_a_summary_of_the_day_gains_it_too() -> None:
-    ctx = make_context(make_candidate(1, score=0.2, fact_role="summary"), dates=(TODAY,),
-                       explain=False)
-    assert DateMatch(weight=0.3)(ctx).candidates[0].score == pytest.approx(0.5)
+def test_a_summary_matches_by_the_days_it_covers_not_the_day_it_was_written() -> None:
+    last_week = (TODAY - timedelta(days=8), TODAY - timedelta(days=7))
+    ctx = make_context(
+        # Written today, about last week.
+        make_candidate(1, score=0.2, fact_role="summary", covered_days=last_week),
+        # A summary whose facts were deleted before migration 0010 covers no day: its own.
+        make_candidate(2, score=0.2, fact_role="summary"),
+        dates=(TODAY - timedelta(days=7),), explain=False,
+    )
+    scored = by_number(DateMatch(weight=0.3)(ctx))
+    assert scored[1].score == pytest.approx(0.5)
+    assert scored[2].score == pytest.approx(0.2)
+
+    today = by_number(DateMatch(weight=0.3)(make_context(*ctx.candidates, dates=(TODAY,))))
+    assert today[1].explanation["date_match"] == {"matched": False, "score": 0.2}
+    assert today[2].explanation["date_match"] == {"matched": True, "score": 0.5}
