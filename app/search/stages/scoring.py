@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, time
 
 from app.search.types import Candidate, SearchContext
 
@@ -19,6 +19,10 @@ class ImportanceRecencyScoring:
     0.5 one half-life ago. Importance is clamped to [0, 1]. The weights are
     meant to be small next to relevance (the fused score, at most 1), so they
     reorder near-ties rather than override what the query asked for.
+
+    A summary's age runs from the newest day it covers (noon UTC), not from when
+    consolidation wrote it: its information is as old as its newest fact, and a
+    summary written today of last year's facts is not fresh news.
     """
 
     importance_weight: float = 0.02
@@ -47,7 +51,7 @@ class ImportanceRecencyScoring:
 
     def _score(self, c: Candidate, now: datetime, explain: bool) -> Candidate:
         importance = min(1.0, max(0.0, c.importance))
-        age_days, recency = self.recency(c.created_at, now)
+        age_days, recency = self.recency(_said_at(c), now)
         importance_term = self.importance_weight * importance
         recency_term = self.recency_weight * recency
         score = c.score + importance_term + recency_term
@@ -66,3 +70,9 @@ class ImportanceRecencyScoring:
                 "score": score,
             },
         )
+
+
+def _said_at(c: Candidate) -> datetime:
+    if c.covered_days:
+        return datetime.combine(max(c.covered_days), time(12), tzinfo=UTC)
+    return c.created_at

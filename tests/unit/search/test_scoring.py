@@ -102,3 +102,19 @@ def test_without_explain_no_explanation_is_built() -> None:
 def test_bad_parameters_are_refused(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError, match="must"):
         ImportanceRecencyScoring(**kwargs)
+
+
+def test_a_summary_is_as_old_as_the_newest_day_it_covers() -> None:
+    stage = ImportanceRecencyScoring(importance_weight=0, recency_weight=0.2,
+                                     recency_half_life_days=10)
+    # Both written now; the first covers facts of 9 and 10 days ago (noon UTC, as NOW).
+    covering = make_candidate(1, score=0.5, fact_role="summary", covered_days=(
+        (NOW - timedelta(days=10)).date(), (NOW - timedelta(days=9)).date()))
+    orphan = make_candidate(2, score=0.5, fact_role="summary")
+
+    scored = by_number(stage(make_context(covering, orphan)))
+
+    assert scored[1].explanation["scoring"]["age_days"] == pytest.approx(9)
+    assert scored[1].score == pytest.approx(0.5 + 0.2 * 0.5 ** 0.9)
+    # Without covered days (its facts deleted before migration 0010): its own age.
+    assert scored[2].explanation["scoring"]["age_days"] == pytest.approx(0)
