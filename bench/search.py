@@ -119,7 +119,7 @@ import sys
 import time
 import types
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -814,6 +814,53 @@ class PlanCapture:
     async def close(self) -> None:
         self.conn.remove_log_listener(self._listener)
         await self.conn.close()
+
+
+@dataclasses.dataclass
+class ServiceSide:
+    """For the benchmarks beside this one: the service's own search repository and limits
+    on a seeded database (its asyncpg pool, as the service opens it), and the real server
+    (local model) on `port`, ready."""
+
+    repo: Any
+    limits: Any
+    port: int
+    close: Callable[[], Awaitable[None]]
+
+
+async def open_service(cleanup: ing.Cleanup, url: str, tmp: Path) -> ServiceSide:
+    from app.db import create_engine
+    from app.models import DEFAULT_TENANT_ID
+    from app.search.config import build_limits
+    from app.search.reader import SearchReader
+    from app.search.repository import SearchRepository
+    from app.settings import Settings
+
+    settings = Settings(database_url=url, _env_file=None)  # type: ignore[call-arg]
+    engine = create_engine(settings.async_database_url or url, settings)
+    reader = await SearchReader.open(engine, settings)
+    port = ing.free_port()
+    proc, log_path = ing.start_server(cleanup, url, "local", port, tmp, None)
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+        await ing.wait_ready(proc, http, log_path, 240.0)
+
+    async def close() -> None:
+        await reader.close()
+        await engine.dispose()
+
+    return ServiceSide(SearchRepository(reader, DEFAULT_TENANT_ID), build_limits(settings),
+                       port, close)
+
+
+async def timed(n: int, call: Callable[[int], Awaitable[Any]]) -> tuple[list[float], list[Any]]:
+    """`call(i)` for i in range(n), one after the other: (milliseconds, results)."""
+    times: list[float] = []
+    out: list[Any] = []
+    for i in range(n):
+        t = time.perf_counter()
+        out.append(await call(i))
+        times.append((time.perf_counter() - t) * 1000)
+    return times, out
 
 
 def body_for(cls: str, q: str, i: int, small_users: list[str], large_user: str) -> dict[str, Any]:

@@ -36,7 +36,7 @@ import dataclasses
 import statistics
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,6 @@ for p in (str(ROOT), str(BENCH)):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-import httpx  # noqa: E402
 import ingest as ing  # noqa: E402  (bench/ingest.py: database and process control)
 import search as sb  # noqa: E402  (bench/search.py: its corpus and questions)
 from lean_http import LeanHttp  # noqa: E402
@@ -121,27 +120,13 @@ async def add_tenants(url: str, tenants: int, rows_each: int) -> int:
         await conn.close()
 
 
-async def timed(n: int, call: Callable[[int], Awaitable[Any]]) -> tuple[list[float], list[Any]]:
-    times: list[float] = []
-    out: list[Any] = []
-    for i in range(n):
-        t = time.perf_counter()
-        out.append(await call(i))
-        times.append((time.perf_counter() - t) * 1000)
-    return times, out
-
-
 def p(values: list[float], q: float) -> str:
     return f"{ing.pct(values, q):.2f}"
 
 
 async def run(args: argparse.Namespace, cleanup: ing.Cleanup, res: dict[str, Any]) -> None:
-    from app.db import create_engine
     from app.models import DEFAULT_TENANT_ID
-    from app.search.config import build_limits
-    from app.search.reader import SearchReader
-    from app.search.repository import SearchFilter, SearchRepository
-    from app.settings import Settings
+    from app.search.repository import SearchFilter
 
     url, _, tmp = await ing.start_database(cleanup, "search-filters", res["env"])
     sargs = sb.parse_args(["--rows", str(args.rows), "--seed", str(args.seed)])
@@ -161,22 +146,15 @@ async def run(args: argparse.Namespace, cleanup: ing.Cleanup, res: dict[str, Any
     _, encoder = await asyncio.to_thread(ing.load_service_encoder)
     vectors = [v.tolist() for v in encoder.encode(questions)]
 
-    settings = Settings(database_url=url, _env_file=None)
-    limits = build_limits(settings)
-    engine = create_engine(settings.async_database_url or url, settings)
-    reader = await SearchReader.open(engine, settings)
-    repo = SearchRepository(reader, DEFAULT_TENANT_ID)
-    port = ing.free_port()
-    proc, log_path = ing.start_server(cleanup, url, "local", port, tmp, None)
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
-        await ing.wait_ready(proc, http, log_path, 240.0)
+    service = await sb.open_service(cleanup, url, tmp)
+    repo, limits, port = service.repo, service.limits, service.port
 
     rows_out: list[dict[str, Any]] = []
     n = args.queries
     try:
         for name, fields in classes(seeded["large_user"]).items():
             filters = SearchFilter(**fields)
-            text_t, texts = await timed(n, lambda i, f=filters: repo.text_matches(
+            text_t, texts = await sb.timed(n, lambda i, f=filters: repo.text_matches(
                 questions[i], f, limits))
 
             def vector(mode: str | None, f: SearchFilter = filters,
@@ -188,9 +166,9 @@ async def run(args: argparse.Namespace, cleanup: ing.Cleanup, res: dict[str, Any
                     return {r.memory_id for r in rows if r.vector_rank is not None}
                 return call
 
-            vec_t, _ = await timed(n, vector(None))
-            exact_t, exact_ids = await timed(n, vector("exact"))
-            hnsw_t, hnsw_ids = await timed(n, vector("hnsw"))
+            vec_t, _ = await sb.timed(n, vector(None))
+            exact_t, exact_ids = await sb.timed(n, vector("exact"))
+            hnsw_t, hnsw_ids = await sb.timed(n, vector("hnsw"))
             found = statistics.mean(
                 len(h & e) / len(e) for h, e in zip(hnsw_ids, exact_ids, strict=True) if e)
 
@@ -204,8 +182,8 @@ async def run(args: argparse.Namespace, cleanup: ing.Cleanup, res: dict[str, Any
                 if status != 200:
                     raise RuntimeError(f"search -> {status}: {body[:300]!r}")
 
-            await timed(min(n, args.warmup), http_call)
-            http_t, _ = await timed(n, http_call)
+            await sb.timed(min(n, args.warmup), http_call)
+            http_t, _ = await sb.timed(n, http_call)
             await client.close()
             small = sum(t.small for t in texts)
             rows_out.append({
@@ -215,8 +193,7 @@ async def run(args: argparse.Namespace, cleanup: ing.Cleanup, res: dict[str, Any
             })
             ing.log(f"{name}: HTTP p50 {p(http_t, 50)} ms")
     finally:
-        await reader.close()
-        await engine.dispose()
+        await service.close()
     res["tag_rows"] = tag_rows
     res["classes"] = rows_out
 

@@ -21,8 +21,6 @@ import argparse
 import asyncio
 import random
 import sys
-import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +30,6 @@ for p in (str(ROOT), str(BENCH)):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-import httpx  # noqa: E402
 import ingest as ing  # noqa: E402  (bench/ingest.py: database and process control)
 import search as sb  # noqa: E402  (bench/search.py: its corpus and questions)
 from lean_http import LeanHttp  # noqa: E402
@@ -56,23 +53,10 @@ def long_queries(questions: list[str], length: int, n: int, seed: int) -> list[s
     return out
 
 
-async def timed(n: int, call: Callable[[int], Awaitable[Any]]) -> list[float]:
-    times = []
-    for i in range(n):
-        t = time.perf_counter()
-        await call(i)
-        times.append((time.perf_counter() - t) * 1000)
-    return times
-
-
 async def run(args: argparse.Namespace, cleanup: ing.Cleanup, res: dict[str, Any]) -> None:
-    from app.db import create_engine
     from app.models import DEFAULT_TENANT_ID
     from app.providers.sentence_encoder import load_encoder
-    from app.search.config import build_limits
-    from app.search.reader import SearchReader
-    from app.search.repository import SearchFilter, SearchRepository
-    from app.settings import Settings
+    from app.search.repository import SearchFilter
 
     url, _, tmp = await ing.start_database(cleanup, "search-long", res["env"])
     sargs = sb.parse_args(["--rows", str(args.rows), "--seed", str(args.seed)])
@@ -83,28 +67,21 @@ async def run(args: argparse.Namespace, cleanup: ing.Cleanup, res: dict[str, Any
     runtime, one = await asyncio.to_thread(ing.load_service_encoder)
     two = await asyncio.to_thread(load_encoder, runtime, threads=2, batch_size=ing.SERVICE_BATCH,
                                   cache_dir=ing.model_cache_dir())
-    settings = Settings(database_url=url, _env_file=None)
-    limits = build_limits(settings)
-    engine = create_engine(settings.async_database_url or url, settings)
-    reader = await SearchReader.open(engine, settings)
-    repo = SearchRepository(reader, DEFAULT_TENANT_ID)
-    port = ing.free_port()
-    proc, log_path = ing.start_server(cleanup, url, "local", port, tmp, None)
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
-        await ing.wait_ready(proc, http, log_path, 240.0)
+    service = await sb.open_service(cleanup, url, tmp)
+    repo, limits = service.repo, service.limits
 
     scopes = {"tenant-wide": {}, "10k-row user": {"user_id": seeded["large_user"]}}
     n = args.queries
     rows: list[dict[str, Any]] = []
-    client = LeanHttp(port)
+    client = LeanHttp(service.port)
     try:
         for length in LENGTHS:
             queries = long_queries(questions, length, n, args.seed)
 
             # On a thread, as the service runs the model; the loop only waits.
-            embed_1 = await timed(n, lambda i, qs=queries: asyncio.to_thread(
+            embed_1, _ = await sb.timed(n, lambda i, qs=queries: asyncio.to_thread(
                 encode_sync, one, qs[i]))
-            embed_2 = await timed(n, lambda i, qs=queries: asyncio.to_thread(
+            embed_2, _ = await sb.timed(n, lambda i, qs=queries: asyncio.to_thread(
                 encode_sync, two, qs[i]))
             row: dict[str, Any] = {
                 "length": length, "chars": sum(map(len, queries)) / n,
@@ -112,8 +89,8 @@ async def run(args: argparse.Namespace, cleanup: ing.Cleanup, res: dict[str, Any
             }
             for name, fields in scopes.items():
                 filters = SearchFilter(**fields)
-                row["text"][name] = await timed(n, lambda i, f=filters, qs=queries:
-                                                repo.text_matches(qs[i], f, limits))
+                row["text"][name], _ = await sb.timed(n, lambda i, f=filters, qs=queries:
+                                                     repo.text_matches(qs[i], f, limits))
 
                 async def search(i: int, fields: dict[str, Any] = fields,
                                  qs: list[str] = queries) -> None:
@@ -122,15 +99,14 @@ async def run(args: argparse.Namespace, cleanup: ing.Cleanup, res: dict[str, Any
                     if status != 200:
                         raise RuntimeError(f"search -> {status}: {body[:300]!r}")
 
-                await timed(min(n, 3), search)
-                row["http"][name] = await timed(n, search)
+                await sb.timed(min(n, 3), search)
+                row["http"][name], _ = await sb.timed(n, search)
             rows.append(row)
             ing.log(f"{length} chars: embed p50 {ing.pct(embed_1, 50):.1f} ms, HTTP p50 "
                     + ", ".join(f"{k} {ing.pct(v, 50):.1f} ms" for k, v in row["http"].items()))
     finally:
         await client.close()
-        await reader.close()
-        await engine.dispose()
+        await service.close()
     res["rows"] = rows
 
 
