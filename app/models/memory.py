@@ -55,7 +55,9 @@ class Memory(Base):
         # Tags keyed by tenant (migration 0008: "<tenant>/<tag>" through tenant_tags()):
         # a search filtered by tags and no scope column matches only this index, so its
         # generic plans never AND in a tenant-led btree, which reads the whole tenant.
-        Index("ix_memories_tenant_tags", text("tenant_tags(tenant_id, tags)"),
+        # Its second column (migration 0011) lets GIN intersect a tag with the query's
+        # rare terms before any row is read.
+        Index("ix_memories_tenant_tags", text("tenant_tags(tenant_id, tags)"), "tsv",
               postgresql_using="gin", postgresql_where=text("cardinality(tags) > 0")),
         # Full text keyed by tenant and tenant/user too (migration 0005, btree_gin), so a
         # large scope's rare-term match is intersected in the index; the keys are

@@ -362,6 +362,18 @@ def _positional(sql: str) -> tuple[str, tuple[str, ...]]:
     return _NAMED_PARAMETER.sub(number, sql), tuple(names)
 
 
+# A tag filter through ix_memories_tenant_tags (migrations 0008, 0011), partial on rows
+# with tags; its match implies both the tags and the tenant.
+_TENANT_TAGS_MATCH = ("cardinality(m.tags) > 0 AND tenant_tags(m.tenant_id, m.tags)"
+                      " @> tenant_tags(CAST(:tenant_id AS uuid), CAST(:tags AS text[]))")
+
+
+def _tags_lead(filters: SearchFilter) -> bool:
+    """Tags and no scope column: the tags' index is the way into the tenant's rows."""
+    return bool(filters.tags) and not any(
+        getattr(filters, c) is not None for c in SCOPE_COLUMNS)
+
+
 class SearchRepository:
     def __init__(self, db: Fetcher, tenant_id: uuid.UUID) -> None:
         self.db = db
@@ -382,8 +394,7 @@ class SearchRepository:
         # is (it reads only the scope), and the tags a plain filter on its rows: the plan
         # kept that btree anyway, and tenant_tags() evaluated on each of a 10k-row user's
         # rows took the text statement from 9 to 48 ms.
-        by_tags = indexed and bool(filters.tags) and not any(
-            getattr(filters, c) is not None for c in SCOPE_COLUMNS)
+        by_tags = indexed and _tags_lead(filters)
         tenant = "m.tenant_id = :tenant_id"
         preds = [
             f"coalesce({tenant}, false)" if by_tags else pred(tenant),
@@ -397,12 +408,8 @@ class SearchRepository:
                 preds.append(pred(f"m.{column} = :{column}"))
                 params[column] = value
         if filters.tags:
-            # tenant_tags() keys ix_memories_tenant_tags (migration 0008), partial on
-            # rows with tags; its match implies both the tags and the tenant.
-            preds.append(
-                "cardinality(m.tags) > 0 AND tenant_tags(m.tenant_id, m.tags)"
-                " @> tenant_tags(CAST(:tenant_id AS uuid), CAST(:tags AS text[]))"
-                if by_tags else pred("m.tags @> CAST(:tags AS text[])"))
+            preds.append(_TENANT_TAGS_MATCH if by_tags
+                         else pred("m.tags @> CAST(:tags AS text[])"))
             params["tags"] = list(filters.tags)
         if filters.categories:
             preds.append(pred("m.category = ANY(CAST(:categories AS text[]))"))
@@ -416,7 +423,15 @@ class SearchRepository:
         tenant, and the tenant/user pair for a user's scope. Only that index matches these
         expressions, so a generic plan cannot trade it for a scope btree, which would read
         every row of a large scope. The plain predicates of `_where` still decide which
-        rows qualify; these only let GIN drop the other scopes' rows early."""
+        rows qualify; these only let GIN drop the other scopes' rows early.
+
+        With tags and no scope column, the tags' keys in ix_memories_tenant_tags, whose
+        second column is `tsv` (migration 0011): GIN intersects the tags with the rare
+        terms, where through the tenant's keys every rare-term row was read to check its
+        tags (an 18% tag: ~2,700 rows read for 500 kept, 5 ms at 100k)."""
+        if _tags_lead(filters):
+            params["tags"] = list(filters.tags or ())
+            return _TENANT_TAGS_MATCH
         params["tenant_key"] = str(self.tenant_id)
         keys = "(m.tenant_id::text) = :tenant_key"
         if filters.user_id is not None:
