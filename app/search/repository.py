@@ -306,11 +306,19 @@ CROSS JOIN LATERAL (
 # a larger scope named by a scope column, its rows in that column's btree (archived ones
 # too: an upper bound) counted up to the cap, an index-only scan (see `_scope_keys`).
 _SMALL_COUNTED = """small AS MATERIALIZED (
-    SELECT count(*) < {exact_below} AS yes, greatest(count(*), 1)::float8 AS n,
+    SELECT count(*) < {exact_below} AND NOT {known_large} AS yes,
+           greatest(count(*), 1)::float8 AS n,
            greatest(coalesce(avg(length(s.tsv)), 1), 1)::float8 AS avgdl,
-           CASE WHEN count(*) >= {exact_below} THEN {counted} END AS counted
-    FROM (SELECT m.tsv FROM memories m WHERE {where} LIMIT {exact_below}) s
+           CASE WHEN count(*) >= {exact_below} OR {known_large} THEN {counted} END AS counted
+    FROM (SELECT m.tsv FROM memories m WHERE {where} AND NOT {known_large}
+          LIMIT {exact_below}) s
 )"""
+# One tag and nothing else narrowing: its count in term_stats (migration 0009) is the
+# scope's rows, expired ones not yet purged aside, so a tag on at least `exact_below` rows
+# is large without reading them. Reading 1,000 rows of an 18% tag to learn that took
+# 3.6-4 ms of its 8 ms statement.
+_ONE_TAG_LARGE = """(SELECT coalesce(sum(s.df), 0) >= {exact_below} FROM term_stats s
+                 WHERE s.tenant_id = :tenant_id AND s.lexeme = :one_tag_key)"""
 _SCOPE_COUNTED = """(SELECT count(*)::float8 FROM (
                SELECT 1 FROM memories m WHERE {scope_keys}
                LIMIT (SELECT cap FROM index_size)) c)"""
@@ -440,6 +448,16 @@ class SearchRepository:
         return keys
 
     @staticmethod
+    def _known_large(filters: SearchFilter, params: dict[str, Any], exact_below: int) -> str:
+        """An SQL boolean: the scope is known to hold at least `exact_below` rows without
+        counting them (see _ONE_TAG_LARGE); "false" where that is not known."""
+        if (filters.tags and len(filters.tags) == 1 and not filters.categories
+                and filters.include_summaries and _tags_lead(filters)):
+            params["one_tag_key"] = TAG_KEY + filters.tags[0]
+            return _ONE_TAG_LARGE.format(exact_below=exact_below)
+        return "false"
+
+    @staticmethod
     def _scope_share(filters: SearchFilter) -> str:
         """What share of the tenant's term postings the text index's keys can leave: a
         user's counted rows over the tenant's, when the user is the only scope column
@@ -510,8 +528,9 @@ class SearchRepository:
             scope_keys = self._scope_keys(filters)
             counted = ("NULL::float8" if scope_keys is None
                        else _SCOPE_COUNTED.format(scope_keys=scope_keys))
+            known_large = self._known_large(filters, params, sizes["exact_below"])
             small = (_SMALL_COUNTED if filters.narrows() else _SMALL_FROM_STATS).format(
-                where=where, counted=counted, **sizes)
+                where=where, counted=counted, known_large=known_large, **sizes)
             keys = self._text_index_keys(filters, params)
             share = self._scope_share(filters)
             filter_rows = self._filter_rows(filters, params)

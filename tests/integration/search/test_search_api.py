@@ -821,7 +821,8 @@ async def test_a_tag_filter_over_a_large_tenant_intersects_the_tag_and_the_terms
     """With tags and no scope column, a large tenant's rare-term rows come out of
     ix_memories_tenant_tags with both the tag and the terms in its index condition
     (migration 0011): only the tagged rows holding the term leave the index, where through
-    the tenant's full-text keys every row holding the term was read to check its tags."""
+    the tenant's full-text keys every row holding the term was read to check its tags.
+    And the tag's count tells the scope is large without reading its rows."""
     rows = [{"content": f"kayak trip number {i}", "tags": ["trip"] if i % 3 == 0 else ["x"]}
             for i in range(30)]
     async with make_client(hnsw_resources, tenant.headers) as c:
@@ -849,6 +850,12 @@ async def test_a_tag_filter_over_a_large_tenant_intersects_the_tag_and_the_terms
     assert scan["Actual Rows"] == len(expected)
     assert not [n for n in plan_nodes(plan)
                 if n.get("Index Name") in {"ix_memories_tsv_scope", "ix_memories_tsv"}]
+    # One tag on 4,010 rows is large by its count in term_stats: the probe that counts a
+    # scope up to `search_exact_below` rows never read them.
+    probes = [n for n in plan_nodes(plan) if n.get("Index Name") == "ix_memories_tenant_tags"
+              and "tsv @@" not in n.get("Index Cond", "")]
+    assert probes
+    assert [n["Actual Loops"] for n in probes] == [0] * len(probes)
 
 
 @pytest.mark.parametrize("scope", ["user", "user and agent", "tenant"])
