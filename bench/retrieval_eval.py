@@ -1119,10 +1119,11 @@ async def run(args: argparse.Namespace) -> int:
         sums: dict[tuple[str, str, float, float], SummaryRun] = {}
         examples: dict[str, tuple[str, list[int]]] = {}
         # The defaults' regular recall@10 without summaries, apart for the questions that
-        # name a day: summaries are dated to their session, so those are the ones a
-        # summary competes with on the day's words (and on the date match).
-        dated = [q for q in by_style["regular"] if query_dates(q.text)]
-        undated = [q for q in by_style["regular"] if not query_dates(q.text)]
+        # name a day: a summary covers its session's day, so those are the ones it
+        # competes with on the day's words (and on the date match).
+        names_a_day = {q.id: bool(query_dates(q.text)) for q in by_style["regular"]}
+        dated = [q for q in by_style["regular"] if names_a_day[q.id]]
+        undated = [q for q in by_style["regular"] if not names_a_day[q.id]]
         split_rows = [("without summaries", score(default_rank, undated),
                        score(default_rank, dated))]
         for variant, builder in SUMMARY_VARIANTS.items():
