@@ -67,6 +67,8 @@ def classes(large_user: str) -> dict[str, dict[str, Any]]:
         "tag 30 rows": {"tags": ["rows30"]},
         "two tags 3%": {"tags": ["travel", "urgent"]},
         "category 17%": {"categories": ["event"]},
+        "two categories 33%": {"categories": ["event", "task"]},
+        "large user + category 2%": {"user_id": large_user, "categories": ["event"]},
         "category + tag 3%": {"categories": ["event"], "tags": ["travel"]},
         "large user + tag 18%": {"user_id": large_user, "tags": ["travel"]},
         f"user of {MID_USER_ROWS:,} rows": {"user_id": MID_USER},

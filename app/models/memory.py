@@ -59,11 +59,13 @@ class Memory(Base):
         # rare terms before any row is read.
         Index("ix_memories_tenant_tags", text("tenant_tags(tenant_id, tags)"), "tsv",
               postgresql_using="gin", postgresql_where=text("cardinality(tags) > 0")),
-        # Full text keyed by tenant and tenant/user too (migration 0005, btree_gin), so a
-        # large scope's rare-term match is intersected in the index; the keys are
-        # expressions so that only this index matches them (app/search/repository.py).
+        # Full text keyed by tenant, tenant/user (migration 0005, btree_gin) and
+        # tenant/category (0012) too, so a large scope's rare-term match is intersected in
+        # the index; the keys are expressions so that only this index matches them
+        # (app/search/repository.py).
         Index("ix_memories_tsv_scope", text("tenant_id::text"),
-              text("(tenant_id::text || '/'::text) || user_id::text"), "tsv",
+              text("(tenant_id::text || '/'::text) || user_id::text"),
+              text("(tenant_id::text || '/'::text) || category::text"), "tsv",
               postgresql_using="gin"),
         Index("ix_memories_tenant_category", "tenant_id", "category"),
         # The id alone (migration 0006): the search's row lookups match only this index,

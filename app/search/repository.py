@@ -190,12 +190,9 @@ matched AS MATERIALIZED (
     WHERE {where} AND (SELECT yes FROM small)
       AND ts_match_vq(m.tsv, (SELECT any_term FROM query))
     UNION ALL
-    -- A large scope: the rare terms' rows, intersected with the scope's keys inside
-    -- ix_memories_tsv_scope before the heap is read (see `_text_index_keys`).
-    (SELECT m.id, m.tsv FROM memories m
-     WHERE {where_unindexed} AND NOT (SELECT yes FROM small)
-       AND m.tsv @@ (SELECT q FROM rare_terms) AND {text_index_keys}
-     LIMIT {text_match_cap})
+    -- A large scope: the rare terms' rows, intersected with the scope's keys inside a
+    -- full-text index before the heap is read (see `_rare_term_keys`).
+    (SELECT * FROM ({rare_term_rows}) r LIMIT {text_match_cap})
 ),
 postings AS MATERIALIZED (
     -- Each matched row's entries for the query's lexemes only (re-weighted so those are
@@ -302,6 +299,11 @@ CROSS JOIN LATERAL (
 ) m
 """
 
+# One branch of the large scope's match: `keys`, full-text index keys of the scope.
+_RARE_TERM_ROWS = """SELECT m.id, m.tsv FROM memories m
+     WHERE {where_unindexed} AND NOT (SELECT yes FROM small)
+       AND m.tsv @@ (SELECT q FROM rare_terms) AND {keys}"""
+
 # Also N and the average length, used as BM25's statistics when the set is small; and for
 # a larger scope named by a scope column, its rows in that column's btree (archived ones
 # too: an upper bound) counted up to the cap, an index-only scan (see `_scope_keys`).
@@ -313,12 +315,13 @@ _SMALL_COUNTED = """small AS MATERIALIZED (
     FROM (SELECT m.tsv FROM memories m WHERE {where} AND NOT {known_large}
           LIMIT {exact_below}) s
 )"""
-# One tag and nothing else narrowing: its count in term_stats (migration 0009) is the
-# scope's rows, expired ones not yet purged aside, so a tag on at least `exact_below` rows
-# is large without reading them. Reading 1,000 rows of an 18% tag to learn that took
-# 3.6-4 ms of its 8 ms statement.
-_ONE_TAG_LARGE = """(SELECT coalesce(sum(s.df), 0) >= {exact_below} FROM term_stats s
-                 WHERE s.tenant_id = :tenant_id AND s.lexeme = :one_tag_key)"""
+# One tag, or categories, and nothing else narrowing: their counts in term_stats
+# (migration 0009) are the scope's rows, expired ones not yet purged aside, so a scope of
+# at least `exact_below` rows is large without reading them. Reading 1,000 rows of an 18%
+# tag to learn that took 3.6-4 ms of its 8 ms statement.
+_COUNTED_LARGE = """(SELECT coalesce(sum(s.df), 0) >= {exact_below} FROM term_stats s
+                 WHERE s.tenant_id = :tenant_id
+                   AND s.lexeme = ANY(CAST(:large_keys AS text[])))"""
 _SCOPE_COUNTED = """(SELECT count(*)::float8 FROM (
                SELECT 1 FROM memories m WHERE {scope_keys}
                LIMIT (SELECT cap FROM index_size)) c)"""
@@ -426,36 +429,65 @@ class SearchRepository:
             preds.append("m.fact_role = 'fact'")
         return " AND ".join(preds)
 
-    def _text_index_keys(self, filters: SearchFilter, params: dict[str, Any]) -> str:
-        """The scope as ix_memories_tsv_scope's expression keys (migration 0005): the
-        tenant, and the tenant/user pair for a user's scope. Only that index matches these
+    def _rare_term_keys(self, filters: SearchFilter, params: dict[str, Any]) -> list[str]:
+        """The scope as full-text index keys, so that GIN drops the other scopes' rows
+        before the heap is read; one entry per branch of the match (ANDed predicates),
+        their rows disjoint. The plain predicates of `_where` still decide which rows
+        qualify.
+
+        ix_memories_tsv_scope's expression keys (migrations 0005, 0012): the tenant, and
+        the tenant/user pair for a user's scope. Only that index matches these
         expressions, so a generic plan cannot trade it for a scope btree, which would read
-        every row of a large scope. The plain predicates of `_where` still decide which
-        rows qualify; these only let GIN drop the other scopes' rows early.
+        every row of a large scope.
+
+        With categories, a branch per category, keyed by tenant/category (and the
+        tenant/user pair), where through the tenant's keys every rare-term row was read
+        to check its category (a 17% category: ~2,800 rows read for 500 kept, 3 ms at
+        100k). Those keys imply the tenant, whose own key is left out: GIN intersects
+        every key's postings, and the tenant's took the scan from 0.4 to 1.0 ms. Not one
+        branch with the keys in an `IN` (an array, which GIN cannot search natively: the
+        plan kept the tenant's keys whenever there were two) nor an OR of the branches
+        (PostgreSQL factors the terms' match out of it, and the plan then read every
+        tenant's rows holding the terms).
 
         With tags and no scope column, the tags' keys in ix_memories_tenant_tags, whose
         second column is `tsv` (migration 0011): GIN intersects the tags with the rare
-        terms, where through the tenant's keys every rare-term row was read to check its
-        tags (an 18% tag: ~2,700 rows read for 500 kept, 5 ms at 100k)."""
+        terms (an 18% tag: ~2,700 rows read for 500 kept through the tenant's keys, 5 ms
+        at 100k)."""
         if _tags_lead(filters):
             params["tags"] = list(filters.tags or ())
-            return _TENANT_TAGS_MATCH
-        params["tenant_key"] = str(self.tenant_id)
-        keys = "(m.tenant_id::text) = :tenant_key"
+            return [_TENANT_TAGS_MATCH]
+        user = []
         if filters.user_id is not None:
             params["user_key"] = f"{self.tenant_id}/{filters.user_id}"
-            keys += " AND (m.tenant_id::text || '/' || m.user_id) = :user_key"
-        return keys
+            user.append("(m.tenant_id::text || '/' || m.user_id) = :user_key")
+        if not filters.categories:
+            params["tenant_key"] = str(self.tenant_id)
+            return [" AND ".join(["(m.tenant_id::text) = :tenant_key", *user])]
+        branches = []
+        for i, category in enumerate(dict.fromkeys(filters.categories)):
+            params[f"category_key_{i}"] = f"{self.tenant_id}/{category}"
+            branches.append(" AND ".join(
+                [f"(m.tenant_id::text || '/' || m.category) = :category_key_{i}", *user]))
+        return branches
 
     @staticmethod
     def _known_large(filters: SearchFilter, params: dict[str, Any], exact_below: int) -> str:
         """An SQL boolean: the scope is known to hold at least `exact_below` rows without
-        counting them (see _ONE_TAG_LARGE); "false" where that is not known."""
-        if (filters.tags and len(filters.tags) == 1 and not filters.categories
-                and filters.include_summaries and _tags_lead(filters)):
-            params["one_tag_key"] = TAG_KEY + filters.tags[0]
-            return _ONE_TAG_LARGE.format(exact_below=exact_below)
-        return "false"
+        counting them (see _COUNTED_LARGE); "false" where that is not known. The counts
+        hold summaries, and only one tag's rows or the categories' (a row has one, so
+        their counts add up) are the scope exactly; two tags' rows are their
+        intersection."""
+        if not filters.include_summaries or any(
+                getattr(filters, c) is not None for c in SCOPE_COLUMNS):
+            return "false"
+        if filters.tags and len(filters.tags) == 1 and not filters.categories:
+            params["large_keys"] = [TAG_KEY + filters.tags[0]]
+        elif filters.categories and not filters.tags:
+            params["large_keys"] = [CATEGORY_KEY + c for c in filters.categories]
+        else:
+            return "false"
+        return _COUNTED_LARGE.format(exact_below=exact_below)
 
     @staticmethod
     def _scope_share(filters: SearchFilter) -> str:
@@ -522,7 +554,8 @@ class SearchRepository:
         """`template` filled in and run; `probe`: it holds the `small` scope-size probe
         (the text statement; the vector statement gets the probe's answer)."""
         where = self._where(filters, params, indexed=True)
-        small = keys = ""
+        where_unindexed = self._where(filters, params, indexed=False)
+        small = rows = ""
         share, filter_rows = "1", "NULL::float8"
         if probe:
             scope_keys = self._scope_keys(filters)
@@ -531,12 +564,14 @@ class SearchRepository:
             known_large = self._known_large(filters, params, sizes["exact_below"])
             small = (_SMALL_COUNTED if filters.narrows() else _SMALL_FROM_STATS).format(
                 where=where, counted=counted, known_large=known_large, **sizes)
-            keys = self._text_index_keys(filters, params)
+            rows = " UNION ALL ".join(
+                _RARE_TERM_ROWS.format(where_unindexed=where_unindexed, keys=keys)
+                for keys in self._rare_term_keys(filters, params))
             share = self._scope_share(filters)
             filter_rows = self._filter_rows(filters, params)
         sql = template.format(small=small, where=where, **sizes, columns=_COLUMNS,
-                              where_unindexed=self._where(filters, params, indexed=False),
-                              text_index_keys=keys, scope_share=share,
+                              where_unindexed=where_unindexed,
+                              rare_term_rows=rows, scope_share=share,
                               filter_rows=filter_rows)
         statement, names = _positional(sql)
         return await self.db.fetch(statement, *(params[name] for name in names))
