@@ -60,10 +60,13 @@ class SearchFilter:
     categories: Sequence[str] | None = None
     include_summaries: bool = True
 
+    def scoped(self) -> bool:
+        """Whether a scope column (user, agent, session, namespace) bounds the search."""
+        return any(getattr(self, c) is not None for c in SCOPE_COLUMNS)
+
     def narrows(self) -> bool:
         """Whether anything but the tenant bounds the search (summaries count as rows)."""
-        return any(v is not None for v in (self.user_id, self.agent_id, self.session_id,
-                                           self.namespace)) or bool(self.tags or self.categories)
+        return self.scoped() or bool(self.tags or self.categories)
 
 
 @dataclass(frozen=True)
@@ -381,8 +384,7 @@ _TENANT_TAGS_MATCH = ("cardinality(m.tags) > 0 AND tenant_tags(m.tenant_id, m.ta
 
 def _tags_lead(filters: SearchFilter) -> bool:
     """Tags and no scope column: the tags' index is the way into the tenant's rows."""
-    return bool(filters.tags) and not any(
-        getattr(filters, c) is not None for c in SCOPE_COLUMNS)
+    return bool(filters.tags) and not filters.scoped()
 
 
 class SearchRepository:
@@ -481,8 +483,7 @@ class SearchRepository:
         hold summaries, and only one tag's rows or the categories' (a row has one, so
         their counts add up) are the scope exactly; two tags' rows are their
         intersection."""
-        if not filters.include_summaries or any(
-                getattr(filters, c) is not None for c in SCOPE_COLUMNS):
+        if not filters.include_summaries or filters.scoped():
             return "false"
         if filters.tags and len(filters.tags) == 1 and not filters.categories:
             params["large_keys"] = [TAG_KEY + filters.tags[0]]
