@@ -8,6 +8,7 @@ and a context seen by one stage is never changed behind its back by the next.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from typing import Literal
@@ -77,8 +78,20 @@ class Candidate:
                       vector_similarity, text_rank, text_score, covered_days, 0.0, {})
 
 
+def _slot_setter(name: str) -> Callable[[Candidate, object], None]:
+    # The slot's own descriptor: object.__setattr__ looks the name up on the type first,
+    # for every field of every copy.
+    setter: Callable[[Candidate, object], None] = Candidate.__dict__[name].__set__
+    return setter
+
+
 _new = object.__new__
-_set = object.__setattr__
+(_set_memory_id, _set_payload, _set_importance, _set_created_at, _set_fact_role,
+ _set_vector_rank, _set_vector_similarity, _set_text_rank, _set_text_score,
+ _set_covered_days, _set_score, _set_explanation) = (
+    _slot_setter(name) for name in (
+        "memory_id", "payload", "importance", "created_at", "fact_role", "vector_rank",
+        "vector_similarity", "text_rank", "text_score", "covered_days", "score", "explanation"))
 
 
 def _built(
@@ -87,23 +100,24 @@ def _built(
     text_rank: int | None, text_score: float | None, covered_days: tuple[date, ...],
     score: float, explanation: Explanation,
 ) -> Candidate:
-    # Slot by slot, past the frozen __init__ (which sets each field through
-    # object.__setattr__ too, after binding keywords): every stage rescores every
-    # candidate (~120 a search), and that constructor was ~60% of the pipeline's time.
-    # Candidate has no validation to skip; a unit test checks every field is set.
+    # Slot by slot, past the frozen __init__ (which binds keywords, then sets each field
+    # through object.__setattr__): every stage rescores every candidate (~120 a search),
+    # and that constructor was ~60% of the pipeline's time; setting through the slots'
+    # descriptors is ~3x faster again than object.__setattr__ by name. Candidate has no
+    # validation to skip; a unit test checks every field is set.
     c: Candidate = _new(Candidate)
-    _set(c, "memory_id", memory_id)
-    _set(c, "payload", payload)
-    _set(c, "importance", importance)
-    _set(c, "created_at", created_at)
-    _set(c, "fact_role", fact_role)
-    _set(c, "vector_rank", vector_rank)
-    _set(c, "vector_similarity", vector_similarity)
-    _set(c, "text_rank", text_rank)
-    _set(c, "text_score", text_score)
-    _set(c, "covered_days", covered_days)
-    _set(c, "score", score)
-    _set(c, "explanation", explanation)
+    _set_memory_id(c, memory_id)
+    _set_payload(c, payload)
+    _set_importance(c, importance)
+    _set_created_at(c, created_at)
+    _set_fact_role(c, fact_role)
+    _set_vector_rank(c, vector_rank)
+    _set_vector_similarity(c, vector_similarity)
+    _set_text_rank(c, text_rank)
+    _set_text_score(c, text_score)
+    _set_covered_days(c, covered_days)
+    _set_score(c, score)
+    _set_explanation(c, explanation)
     return c
 
 
