@@ -389,8 +389,9 @@ async def seed(
         out["tsv_check"] = "trigger filled tsv on every COPYed row (content + date)"
 
         # term_stats, written by the statement triggers on each COPY: the corpus row,
-        # every lexeme's df and every tag's and category's rows (keys starting with a
-        # space, migration 0009) must match the table (no archived rows are seeded).
+        # every lexeme's df and every tag's, category's and user's rows (keys starting
+        # with a space, migrations 0009, 0013) must match the table (no archived rows are
+        # seeded).
         corpus = await conn.fetchrow(
             """SELECT (SELECT coalesce(sum(df), 0) FROM term_stats WHERE lexeme = '') AS n,
                       (SELECT coalesce(sum(total_len), 0) FROM term_stats WHERE lexeme = '')
@@ -414,7 +415,10 @@ async def seed(
                   WHERE m.archived_at IS NULL GROUP BY d.t
                   UNION ALL
                   SELECT ' category:' || category, count(*) FROM memories
-                  WHERE archived_at IS NULL GROUP BY category) a
+                  WHERE archived_at IS NULL GROUP BY category
+                  UNION ALL
+                  SELECT ' user:' || user_id, count(*) FROM memories
+                  WHERE archived_at IS NULL AND user_id IS NOT NULL GROUP BY user_id) a
                FULL JOIN (SELECT lexeme, sum(df) AS df FROM term_stats WHERE lexeme LIKE ' %'
                           GROUP BY lexeme HAVING sum(df) <> 0) b ON b.lexeme = a.key
                WHERE a.n IS DISTINCT FROM b.df"""

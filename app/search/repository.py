@@ -14,8 +14,9 @@ Both share one filter (tenant, scope, tags, categories, not archived, not expire
   on the scope (`+ 0` keeps the planner off the HNSW index, which returns too few rows
   for a small scope), and so is a larger scope too small a share of the HNSW index for
   its filtered scan to pay (app/search/vector_path.py; the text statement returns the
-  sizes: a scope column's entries counted up to the crossover, or the tenant's rows, and
-  no more than the tenant's rows with the filter's tags or categories);
+  sizes: a user's rows from term_stats, another scope column's entries counted up to the
+  crossover, or the tenant's rows, and no more than the tenant's rows with the filter's
+  tags or categories);
   the others go through HNSW with pgvector's iterative scan. The choice is a one-time
   filter on a parameter, so only one branch runs. HNSW coming back with fewer rows than
   asked (a scope too sparse in the index for its scan limit) runs the statement again on
@@ -45,7 +46,7 @@ from typing import Any, NamedTuple
 from app.db import Fetcher
 from app.memories.schemas import Memory
 from app.models import SCOPE_COLUMNS
-from app.search.term_stats import CATEGORY_KEY, TAG_KEY
+from app.search.term_stats import CATEGORY_KEY, TAG_KEY, USER_KEY
 from app.search.vector_path import prefers_exact
 from app.settings import EMBEDDING_DIMENSIONS
 
@@ -243,9 +244,9 @@ txt AS MATERIALIZED (
 SELECT (SELECT yes FROM small) AS small,
        coalesce((SELECT array_agg(id ORDER BY score DESC, id) FROM txt), '{{}}') AS ids,
        coalesce((SELECT array_agg(score ORDER BY score DESC, id) FROM txt), '{{}}') AS scores,
-       -- An upper bound of the scope's active rows: its counted index entries when they
-       -- stopped short of the cap, else the tenant's rows; and no more than its tags' or
-       -- categories' rows in the tenant (see `_filter_rows`).
+       -- An upper bound of the scope's active rows: its counted rows when fewer than the
+       -- cap, else the tenant's rows; and no more than its tags' or categories' rows in
+       -- the tenant (see `_filter_rows`).
        least(CASE WHEN (SELECT counted FROM small) < (SELECT cap FROM index_size)
                   THEN (SELECT counted FROM small)
                   ELSE coalesce((SELECT df FROM tenant_stats WHERE lexeme = ''), 0)
@@ -308,8 +309,7 @@ _RARE_TERM_ROWS = """SELECT m.id, m.tsv FROM memories m
        AND m.tsv @@ (SELECT q FROM rare_terms) AND {keys}"""
 
 # Also N and the average length, used as BM25's statistics when the set is small; and for
-# a larger scope named by a scope column, its rows in that column's btree (archived ones
-# too: an upper bound) counted up to the cap, an index-only scan (see `_scope_keys`).
+# a larger scope named by a scope column, an upper bound of its rows (see `_counted`).
 _SMALL_COUNTED = """small AS MATERIALIZED (
     SELECT count(*) < {exact_below} AND NOT {known_large} AS yes,
            greatest(count(*), 1)::float8 AS n,
@@ -318,18 +318,22 @@ _SMALL_COUNTED = """small AS MATERIALIZED (
     FROM (SELECT m.tsv FROM memories m WHERE {where} AND NOT {known_large}
           LIMIT {exact_below}) s
 )"""
-# One tag, or categories, and nothing else narrowing: their counts in term_stats
-# (migration 0009) are the scope's rows, expired ones not yet purged aside, so a scope of
-# at least `exact_below` rows is large without reading them. Reading 1,000 rows of an 18%
-# tag to learn that took 3.6-4 ms of its 8 ms statement.
+# A user alone, one tag, or categories, and nothing else narrowing: their counts in
+# term_stats (migrations 0009, 0013) are the scope's rows, expired ones not yet purged
+# aside, so a scope of at least `exact_below` rows is large without reading them. Reading
+# 1,000 rows of an 18% tag to learn that took 3.6-4 ms of its 8 ms statement.
 _COUNTED_LARGE = """(SELECT coalesce(sum(s.df), 0) >= {exact_below} FROM term_stats s
                  WHERE s.tenant_id = :tenant_id
                    AND s.lexeme = ANY(CAST(:large_keys AS text[])))"""
 _SCOPE_COUNTED = """(SELECT count(*)::float8 FROM (
                SELECT 1 FROM memories m WHERE {scope_keys}
                LIMIT (SELECT cap FROM index_size)) c)"""
-# The share of the tenant's rows a user's scope holds, where its counted entries stopped
-# short of the cap (see `_scope_share`); else 1.
+# A user's active rows, from term_stats (migration 0013): a few index entries, where
+# counting the user's btree up to the cap read ~4,200 of them at 100k rows.
+_USER_COUNTED = """(SELECT coalesce(sum(s.df), 0)::float8 FROM term_stats s
+               WHERE s.tenant_id = :tenant_id AND s.lexeme = :user_count_key)"""
+# The share of the tenant's rows a user's scope holds, where its rows are fewer than the
+# cap (see `_scope_share`); else 1.
 _USER_SHARE = """CASE WHEN (SELECT counted FROM small) < (SELECT cap FROM index_size)
          THEN least(1, (SELECT counted FROM small)
                        / greatest((SELECT df FROM tenant_stats WHERE lexeme = ''), 1))
@@ -380,6 +384,12 @@ def _positional(sql: str) -> tuple[str, tuple[str, ...]]:
 # with tags; its match implies both the tags and the tenant.
 _TENANT_TAGS_MATCH = ("cardinality(m.tags) > 0 AND tenant_tags(m.tenant_id, m.tags)"
                       " @> tenant_tags(CAST(:tenant_id AS uuid), CAST(:tags AS text[]))")
+
+
+def _other_scope_columns(filters: SearchFilter) -> bool:
+    """Whether an agent, session or namespace bounds the search (which term_stats does not
+    count, and the text index's keys do not hold)."""
+    return any(getattr(filters, c) is not None for c in SCOPE_COLUMNS if c != "user_id")
 
 
 def _tags_lead(filters: SearchFilter) -> bool:
@@ -480,12 +490,16 @@ class SearchRepository:
     def _known_large(filters: SearchFilter, params: dict[str, Any], exact_below: int) -> str:
         """An SQL boolean: the scope is known to hold at least `exact_below` rows without
         counting them (see _COUNTED_LARGE); "false" where that is not known. The counts
-        hold summaries, and only one tag's rows or the categories' (a row has one, so
-        their counts add up) are the scope exactly; two tags' rows are their
-        intersection."""
-        if not filters.include_summaries or filters.scoped():
+        hold summaries, and only a user's rows, one tag's or the categories' (a row has
+        one, so their counts add up) are the scope exactly; two tags' rows are their
+        intersection, a user's with a tag an unknown part of both."""
+        if not filters.include_summaries or _other_scope_columns(filters):
             return "false"
-        if filters.tags and len(filters.tags) == 1 and not filters.categories:
+        if filters.user_id is not None:
+            if filters.tags or filters.categories:
+                return "false"
+            params["large_keys"] = [USER_KEY + filters.user_id]
+        elif filters.tags and len(filters.tags) == 1 and not filters.categories:
             params["large_keys"] = [TAG_KEY + filters.tags[0]]
         elif filters.categories and not filters.tags:
             params["large_keys"] = [CATEGORY_KEY + c for c in filters.categories]
@@ -496,15 +510,16 @@ class SearchRepository:
     @staticmethod
     def _scope_share(filters: SearchFilter) -> str:
         """What share of the tenant's term postings the text index's keys can leave: a
-        user's counted rows over the tenant's, when the user is the only scope column
-        (the count is then of exactly the rows those keys select; an agent, session or
-        namespace is checked on the heap, after the index). A term frequent in the
-        tenant is then still used to find rows in a user's scope where it is rare:
-        otherwise, in a tenant of millions, every word in more than `text_max_df` of
-        its rows found nothing for any user. Unknown (a scope past the count's cap, or
-        none): 1, the tenant's frequencies as they are."""
-        others = [c for c in SCOPE_COLUMNS if c != "user_id" and getattr(filters, c) is not None]
-        return _USER_SHARE if filters.user_id is not None and not others else "1"
+        user's rows over the tenant's, when the user is the only scope column (the
+        count is then of the rows those keys select, archived ones aside; an agent,
+        session or namespace is checked on the heap, after the index). A term frequent
+        in the tenant is then still used to find rows in a user's scope where it is
+        rare: otherwise, in a tenant of millions, every word in more than `text_max_df`
+        of its rows found nothing for any user. A user of at least the cap's rows, or
+        none: 1, the tenant's frequencies as they are (for a big user the wider match
+        cost more than it found, see the README)."""
+        return (_USER_SHARE if filters.user_id is not None and not _other_scope_columns(filters)
+                else "1")
 
     @staticmethod
     def _filter_rows(filters: SearchFilter, params: dict[str, Any]) -> str:
@@ -537,6 +552,17 @@ class SearchRepository:
         keys = [f"m.{c} = :{c}" for c in SCOPE_COLUMNS if getattr(filters, c) is not None]
         return " AND ".join(["m.tenant_id = :tenant_id", *keys]) if keys else None
 
+    def _counted(self, filters: SearchFilter, params: dict[str, Any]) -> str:
+        """An SQL upper bound of the scope's rows, as far as the scope columns tell: a
+        user's count in term_stats when the user is the only one, else the scope's btree
+        entries counted up to the cap (archived ones too); NULL without a scope column."""
+        if filters.user_id is not None and not _other_scope_columns(filters):
+            params["user_count_key"] = USER_KEY + filters.user_id
+            return _USER_COUNTED
+        scope_keys = self._scope_keys(filters)
+        return ("NULL::float8" if scope_keys is None
+                else _SCOPE_COUNTED.format(scope_keys=scope_keys))
+
     def _sizes(self, limits: RetrievalLimits, top_k: int) -> dict[str, int]:
         # Written into the statement: as parameters, a generic plan would assume a LIMIT of
         # a tenth of the table and join accordingly. The vector list is at least top_k
@@ -562,9 +588,7 @@ class SearchRepository:
         small = rows = ""
         share, filter_rows = "1", "NULL::float8"
         if probe:
-            scope_keys = self._scope_keys(filters)
-            counted = ("NULL::float8" if scope_keys is None
-                       else _SCOPE_COUNTED.format(scope_keys=scope_keys))
+            counted = self._counted(filters, params)
             known_large = self._known_large(filters, params, sizes["exact_below"])
             small = (_SMALL_COUNTED if filters.narrows() else _SMALL_FROM_STATS).format(
                 where=where, counted=counted, known_large=known_large, **sizes)

@@ -1,5 +1,5 @@
 """Folding BM25's term statistics: the delta rows writers append become one row per lexeme.
-(The statistics also count each tenant's tags and categories, under the keys below.)
+(The statistics also count each tenant's tags, categories and users, under the keys below.)
 
 Triggers on `memories` append a signed delta row per lexeme for every write (migration
 0004), so writers never contend; a search sums the rows of its query's lexemes. This
@@ -19,9 +19,11 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 log = logging.getLogger("engram.search")
 
 # Besides lexemes, the triggers count each tenant's rows per tag and per category (migration
-# 0009) under these prefixes, which no lexeme has (a lexeme never starts with a space).
+# 0009) and per user (0013) under these prefixes, which no lexeme has (a lexeme never
+# starts with a space).
 TAG_KEY = " tag:"
 CATEGORY_KEY = " category:"
+USER_KEY = " user:"
 
 # pg_try_advisory_xact_lock key: "term_stats" folded into a bigint.
 _FOLD_LOCK = 0x7465726D5F737461

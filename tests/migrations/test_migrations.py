@@ -234,3 +234,41 @@ async def test_summaries_get_the_days_they_cover_and_lose_them_on_downgrade(
         words = (await conn.execute(text(f"SELECT {WORDS} FROM memories WHERE id = :id"),
                                     {"id": ids["outer"]})).scalar()
     assert words == ["1", "2026", "juli"]
+
+
+async def test_users_are_counted_from_existing_memories_and_forgotten_on_downgrade(
+    fresh_engine: AsyncEngine,
+) -> None:
+    """Migration 0013 counts each user's active memories already stored, and its triggers
+    count later writes; its downgrade drops the counts and stops counting."""
+    await upgrade_to_head(fresh_engine, "0012")
+    vector = "[" + ",".join(["0.05"] * 384) + "]"
+    insert = text(
+        "INSERT INTO memories (tenant_id, id, content, user_id, embedding, archived_at) "
+        "VALUES (:t, :id, 'a note', :u, CAST(:v AS halfvec(384)), CASE WHEN :a THEN now() END)")
+    async with fresh_engine.begin() as conn:
+        for user, archived in (("u1", False), ("u1", False), ("u1", True), ("u2", False),
+                               (None, False)):
+            await conn.execute(insert, {"t": DEFAULT_TENANT_ID, "id": uuid.uuid4(), "u": user,
+                                        "v": vector, "a": archived})
+
+    async def users() -> dict[str, int]:
+        async with fresh_engine.connect() as conn:
+            return {r.lexeme: int(r.df) for r in await conn.execute(text(
+                "SELECT lexeme, sum(df) AS df FROM term_stats WHERE tenant_id = :t"
+                " AND lexeme LIKE ' user:%' GROUP BY lexeme HAVING sum(df) <> 0"),
+                {"t": DEFAULT_TENANT_ID})}
+
+    await upgrade_to_head(fresh_engine)
+    assert await users() == {" user:u1": 2, " user:u2": 1}
+    async with fresh_engine.begin() as conn:
+        await conn.execute(insert, {"t": DEFAULT_TENANT_ID, "id": uuid.uuid4(), "u": "u2",
+                                    "v": vector, "a": False})
+    assert await users() == {" user:u1": 2, " user:u2": 2}
+
+    await downgrade(fresh_engine, "0012")
+    assert await users() == {}
+    async with fresh_engine.begin() as conn:
+        await conn.execute(insert, {"t": DEFAULT_TENANT_ID, "id": uuid.uuid4(), "u": "u2",
+                                    "v": vector, "a": False})
+    assert await users() == {}

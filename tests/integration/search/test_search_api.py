@@ -788,7 +788,8 @@ async def test_a_large_scope_finds_its_text_matches_through_the_scoped_index(
     """A large scope's rare-term rows come out of ix_memories_tsv_scope with the tenant (and
     tenant/user) keys in its index condition, in the generic plan the service runs: the
     other users' and the other tenant's rows holding the term are dropped inside GIN and
-    never read from the heap."""
+    never read from the heap. And the scope is known to be large from term_stats (the
+    tenant's rows, a user's count), without reading or counting its rows."""
     rows = [{"content": f"kayak trip number {i}", "user_id": "target" if i % 3 == 0
              else f"other{i}"} for i in range(30)]
     async with make_client(hnsw_resources, other_tenant.headers) as c:
@@ -821,6 +822,12 @@ async def test_a_large_scope_finds_its_text_matches_through_the_scoped_index(
     # Only the scope's rows with the term left the index.
     assert scan["Actual Rows"] == len(expected)
     assert not [n for n in plan_nodes(plan) if n.get("Index Name") == "ix_memories_tsv"]
+    [probe] = [n for n in plan_nodes(plan) if n.get("Subplan Name") == "CTE small"]
+    reads = [n for n in plan_nodes(probe) if n.get("Relation Name") == "memories"
+             or n.get("Index Name") in TENANT_LED]
+    assert [n["Actual Loops"] for n in reads] == [0] * len(reads)
+    if user is not None:
+        assert reads  # the probe's scan of the user's rows is there, and never ran
 
 
 @pytest.mark.parametrize("case", ["one category", "two categories", "user and category"])

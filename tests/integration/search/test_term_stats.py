@@ -18,7 +18,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.resources import Resources
-from app.search.term_stats import CATEGORY_KEY, TAG_KEY, fold_loop, fold_term_stats
+from app.search.term_stats import CATEGORY_KEY, TAG_KEY, USER_KEY, fold_loop, fold_term_stats
 from tests.conftest import TenantKey, create_tenant_key, make_client
 
 Stats = dict[str, tuple[int, int]]  # lexeme -> (df, total_len)
@@ -40,8 +40,8 @@ async def recorded(session: AsyncSession, tenant_id: uuid.UUID) -> Stats:
 
 
 async def truth(session: AsyncSession, tenant_id: uuid.UUID) -> Stats:
-    """The same figures counted from the memories themselves ('' is the corpus row; tags
-    and categories under their keys)."""
+    """The same figures counted from the memories themselves ('' is the corpus row; tags,
+    categories and users under their keys)."""
     rows = await session.execute(text(
         "SELECT l.lexeme, count(*) AS df, 0 AS len FROM memories m "
         "CROSS JOIN LATERAL unnest(tsvector_to_array(m.tsv)) AS l(lexeme) "
@@ -51,10 +51,22 @@ async def truth(session: AsyncSession, tenant_id: uuid.UUID) -> Stats:
         "WHERE m.tenant_id = :t AND m.archived_at IS NULL GROUP BY d.t "
         "UNION ALL SELECT :category || category, count(*), 0 FROM memories "
         "WHERE tenant_id = :t AND archived_at IS NULL GROUP BY category "
+        "UNION ALL SELECT :user || user_id, count(*), 0 FROM memories "
+        "WHERE tenant_id = :t AND archived_at IS NULL AND user_id IS NOT NULL GROUP BY user_id "
         "UNION ALL SELECT '', count(*), coalesce(sum(length(tsv)), 0) FROM memories "
         "WHERE tenant_id = :t AND archived_at IS NULL HAVING count(*) > 0"
-    ), {"t": tenant_id, "tag": TAG_KEY, "category": CATEGORY_KEY})
+    ), {"t": tenant_id, "tag": TAG_KEY, "category": CATEGORY_KEY, "user": USER_KEY})
     return {r.lexeme: (int(r.df), int(r.len)) for r in rows}
+
+
+async def set_column(resources: Resources, tenant: TenantKey, memory_id: str,
+                     assignment: str) -> None:
+    """An UPDATE past the API, whose PATCH neither archives a row nor moves it to another
+    user."""
+    async with resources.sessionmaker() as session, session.begin():
+        await session.execute(text(
+            f"UPDATE memories SET {assignment} WHERE tenant_id = :t AND id = :id"
+        ), {"t": tenant.tenant_id, "id": memory_id})
 
 
 async def assert_consistent(resources: Resources, tenant_id: uuid.UUID) -> Stats:
@@ -97,17 +109,11 @@ async def test_inserts_updates_deletes_and_archiving_keep_the_statistics_exact(
     assert stats[""][0] == 2
 
     # Archived rows leave the statistics, and come back when un-archived.
-    async with resources.sessionmaker() as session, session.begin():
-        await session.execute(text(
-            "UPDATE memories SET archived_at = now() WHERE tenant_id = :t AND id = :id"
-        ), {"t": tenant.tenant_id, "id": ids[1]})
+    await set_column(resources, tenant, ids[1], "archived_at = now()")
     stats = await assert_consistent(resources, tenant.tenant_id)
     assert "piano" not in stats
     assert stats[""][0] == 1
-    async with resources.sessionmaker() as session, session.begin():
-        await session.execute(text(
-            "UPDATE memories SET archived_at = NULL WHERE tenant_id = :t AND id = :id"
-        ), {"t": tenant.tenant_id, "id": ids[1]})
+    await set_column(resources, tenant, ids[1], "archived_at = NULL")
     stats = await assert_consistent(resources, tenant.tenant_id)
     assert stats["piano"][0] == 1
 
@@ -142,10 +148,7 @@ async def test_tags_and_categories_are_counted_per_tenant_through_every_write(
     assert stats[TAG_KEY + "green"][0] == 1
     assert stats[CATEGORY_KEY + "home"][0] == 2
 
-    async with resources.sessionmaker() as session, session.begin():
-        await session.execute(text(
-            "UPDATE memories SET archived_at = now() WHERE tenant_id = :t AND id = :id"
-        ), {"t": tenant.tenant_id, "id": ids[1]})
+    await set_column(resources, tenant, ids[1], "archived_at = now()")
     stats = await assert_consistent(resources, tenant.tenant_id)
     assert TAG_KEY + "red" not in stats
     assert stats[CATEGORY_KEY + "home"][0] == 1
@@ -155,6 +158,47 @@ async def test_tags_and_categories_are_counted_per_tenant_through_every_write(
     stats = await assert_consistent(resources, tenant.tenant_id)
     assert CATEGORY_KEY + "work" not in stats
     assert (await assert_consistent(resources, other_tenant.tenant_id))[TAG_KEY + "red"][0] == 1
+
+
+async def test_users_are_counted_per_tenant_through_every_write(
+    resources: Resources, client: httpx.AsyncClient, tenant: TenantKey,
+    other_tenant: TenantKey,
+) -> None:
+    """Each tenant's active rows per user (a search learns a user's size from it instead
+    of counting the user's rows): archiving takes a row out and un-archiving puts it
+    back, a row moved to another user moves the count, a text change alone moves
+    nothing, rows without a user are not counted, and another tenant's never are."""
+    async with make_client(resources, other_tenant.headers) as other:
+        await seed(other, [{"content": "elsewhere", "user_id": "u1"}])
+    ids = await seed(client, [
+        {"content": "first note", "user_id": "u1"},
+        {"content": "second note", "user_id": "u1"},
+        {"content": "third note", "user_id": "u2"},
+        {"content": "nobody's note"},
+    ])
+    stats = await assert_consistent(resources, tenant.tenant_id)
+    assert stats[USER_KEY + "u1"][0] == 2
+    assert stats[USER_KEY + "u2"][0] == 1
+    assert stats[""][0] == 4  # the corpus row counts rows, the row without a user too
+
+    resp = await client.patch(f"/v1/memories/{ids[0]}", json={"content": "first note, again"})
+    assert resp.status_code == 200, resp.text
+    assert (await assert_consistent(resources, tenant.tenant_id))[USER_KEY + "u1"][0] == 2
+
+    await set_column(resources, tenant, ids[1], "user_id = 'u2'")
+    stats = await assert_consistent(resources, tenant.tenant_id)
+    assert stats[USER_KEY + "u1"][0] == 1
+    assert stats[USER_KEY + "u2"][0] == 2
+
+    await set_column(resources, tenant, ids[0], "archived_at = now()")
+    assert USER_KEY + "u1" not in await assert_consistent(resources, tenant.tenant_id)
+    await set_column(resources, tenant, ids[0], "archived_at = NULL")
+    assert (await assert_consistent(resources, tenant.tenant_id))[USER_KEY + "u1"][0] == 1
+
+    resp = await client.delete(f"/v1/memories/{ids[2]}")
+    assert resp.status_code == 204, resp.text
+    assert (await assert_consistent(resources, tenant.tenant_id))[USER_KEY + "u2"][0] == 1
+    assert (await assert_consistent(resources, other_tenant.tenant_id))[USER_KEY + "u1"][0] == 1
 
 
 async def test_an_archiving_consolidation_moves_the_statistics_to_the_summary(
