@@ -63,10 +63,18 @@ class MicroBatcher:
             texts = [t for p in taken for t in p.texts]
             try:
                 vectors = await self._run_in_worker(partial(self._run_batch, texts))
-            except Exception as exc:
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:
+                # Every caller of the batch gets an answer, whatever the model raised: a
+                # BaseException escaping this task left them waiting for ever. One that is
+                # not an Exception (SystemExit from a library, say) reaches them wrapped,
+                # so it fails their request instead of stopping the event loop.
+                error = exc if isinstance(exc, Exception) else RuntimeError(
+                    f"the embedding model failed: {exc!r}")
                 for p in taken:
                     if not p.future.done():
-                        p.future.set_exception(exc)
+                        p.future.set_exception(error)
                 continue
             start = 0
             for p in taken:

@@ -190,3 +190,29 @@ async def test_sequential_calls_after_a_drain_start_a_new_batch(
     assert await batcher.embed(["t2", "t3"]) == [vector_of("t2"), vector_of("t3")]
     assert model.batches == [["t1"], ["t2", "t3"]]
     await batcher.aclose()
+
+
+class Fatal(BaseException):
+    """Not an Exception: the batch's callers must still be answered."""
+
+
+async def test_an_error_outside_exception_fails_the_batch_and_the_batcher_goes_on(
+    executor: ThreadPoolExecutor,
+) -> None:
+    calls: list[list[str]] = []
+
+    def model(texts: list[str]) -> list[Vector]:
+        calls.append(texts)
+        if len(calls) == 1:
+            raise Fatal("the model died")
+        return [vector_of(t) for t in texts]
+
+    def run_in_worker(fn: Callable[[], list[Vector]]) -> asyncio.Future[list[Vector]]:
+        return asyncio.get_running_loop().run_in_executor(executor, fn)
+
+    batcher = MicroBatcher(model, run_in_worker, max_batch=8)
+
+    with pytest.raises(RuntimeError, match="the model died"):
+        await asyncio.wait_for(batcher.embed(["t1"]), timeout=5)
+    assert await batcher.embed(["t2"]) == [vector_of("t2")]
+    await batcher.aclose()
