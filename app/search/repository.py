@@ -63,7 +63,12 @@ class SearchFilter:
 
     def scoped(self) -> bool:
         """Whether a scope column (user, agent, session, namespace) bounds the search."""
-        return any(getattr(self, c) is not None for c in SCOPE_COLUMNS)
+        return self.user_id is not None or self.scoped_beyond_user()
+
+    def scoped_beyond_user(self) -> bool:
+        """Whether an agent, session or namespace bounds the search (which term_stats does
+        not count, and the text index's keys do not hold)."""
+        return any(getattr(self, c) is not None for c in SCOPE_COLUMNS if c != "user_id")
 
     def narrows(self) -> bool:
         """Whether anything but the tenant bounds the search (summaries count as rows)."""
@@ -318,20 +323,13 @@ _SMALL_COUNTED = """small AS MATERIALIZED (
     FROM (SELECT m.tsv FROM memories m WHERE {where} AND NOT {known_large}
           LIMIT {exact_below}) s
 )"""
-# A user alone, one tag, or categories, and nothing else narrowing: their counts in
-# term_stats (migrations 0009, 0013) are the scope's rows, expired ones not yet purged
-# aside, so a scope of at least `exact_below` rows is large without reading them. Reading
-# 1,000 rows of an 18% tag to learn that took 3.6-4 ms of its 8 ms statement.
-_COUNTED_LARGE = """(SELECT coalesce(sum(s.df), 0) >= {exact_below} FROM term_stats s
-                 WHERE s.tenant_id = :tenant_id
-                   AND s.lexeme = ANY(CAST(:large_keys AS text[])))"""
+# The tenant's active rows under the term_stats keys in the parameter `keys` (a tag's, a
+# category's, a user's: migrations 0009, 0013), summed: a few index entries.
+_KEYS_ROWS = """(SELECT coalesce(sum(s.df), 0)::float8 FROM term_stats s
+               WHERE s.tenant_id = :tenant_id AND s.lexeme = ANY(CAST(:{keys} AS text[])))"""
 _SCOPE_COUNTED = """(SELECT count(*)::float8 FROM (
                SELECT 1 FROM memories m WHERE {scope_keys}
                LIMIT (SELECT cap FROM index_size)) c)"""
-# A user's active rows, from term_stats (migration 0013): a few index entries, where
-# counting the user's btree up to the cap read ~4,200 of them at 100k rows.
-_USER_COUNTED = """(SELECT coalesce(sum(s.df), 0)::float8 FROM term_stats s
-               WHERE s.tenant_id = :tenant_id AND s.lexeme = :user_count_key)"""
 # The share of the tenant's rows a user's scope holds, where its rows are fewer than the
 # cap (see `_scope_share`); else 1.
 _USER_SHARE = """CASE WHEN (SELECT counted FROM small) < (SELECT cap FROM index_size)
@@ -384,12 +382,6 @@ def _positional(sql: str) -> tuple[str, tuple[str, ...]]:
 # with tags; its match implies both the tags and the tenant.
 _TENANT_TAGS_MATCH = ("cardinality(m.tags) > 0 AND tenant_tags(m.tenant_id, m.tags)"
                       " @> tenant_tags(CAST(:tenant_id AS uuid), CAST(:tags AS text[]))")
-
-
-def _other_scope_columns(filters: SearchFilter) -> bool:
-    """Whether an agent, session or namespace bounds the search (which term_stats does not
-    count, and the text index's keys do not hold)."""
-    return any(getattr(filters, c) is not None for c in SCOPE_COLUMNS if c != "user_id")
 
 
 def _tags_lead(filters: SearchFilter) -> bool:
@@ -489,11 +481,14 @@ class SearchRepository:
     @staticmethod
     def _known_large(filters: SearchFilter, params: dict[str, Any], exact_below: int) -> str:
         """An SQL boolean: the scope is known to hold at least `exact_below` rows without
-        counting them (see _COUNTED_LARGE); "false" where that is not known. The counts
-        hold summaries, and only a user's rows, one tag's or the categories' (a row has
-        one, so their counts add up) are the scope exactly; two tags' rows are their
-        intersection, a user's with a tag an unknown part of both."""
-        if not filters.include_summaries or _other_scope_columns(filters):
+        reading them; "false" where that is not known. A user alone, one tag, or
+        categories, and nothing else narrowing: their counts in term_stats are the
+        scope's rows, expired ones not yet purged aside (reading 1,000 rows of an 18% tag
+        to learn it took 3.6-4 ms of its 8 ms statement). The counts hold summaries, and
+        only a user's rows, one tag's or the categories' (a row has one, so their counts
+        add up) are the scope exactly; two tags' rows are their intersection, a user's
+        with a tag an unknown part of both."""
+        if not filters.include_summaries or filters.scoped_beyond_user():
             return "false"
         if filters.user_id is not None:
             if filters.tags or filters.categories:
@@ -505,7 +500,7 @@ class SearchRepository:
             params["large_keys"] = [CATEGORY_KEY + c for c in filters.categories]
         else:
             return "false"
-        return _COUNTED_LARGE.format(exact_below=exact_below)
+        return f"({_KEYS_ROWS.format(keys='large_keys')} >= {exact_below})"
 
     @staticmethod
     def _scope_share(filters: SearchFilter) -> str:
@@ -518,7 +513,7 @@ class SearchRepository:
         of its rows found nothing for any user. A user of at least the cap's rows, or
         none: 1, the tenant's frequencies as they are (for a big user the wider match
         cost more than it found, see the README)."""
-        return (_USER_SHARE if filters.user_id is not None and not _other_scope_columns(filters)
+        return (_USER_SHARE if filters.user_id is not None and not filters.scoped_beyond_user()
                 else "1")
 
     @staticmethod
@@ -538,9 +533,7 @@ class SearchRepository:
                 " GROUP BY k.key) t)")
         if filters.categories:
             params["category_keys"] = [CATEGORY_KEY + c for c in filters.categories]
-            bounds.append(
-                "(SELECT coalesce(sum(df), 0)::float8 FROM term_stats"
-                " WHERE tenant_id = :tenant_id AND lexeme = ANY(CAST(:category_keys AS text[])))")
+            bounds.append(_KEYS_ROWS.format(keys="category_keys"))
         return f"least({', '.join(bounds)})" if bounds else "NULL::float8"
 
     @staticmethod
@@ -554,11 +547,13 @@ class SearchRepository:
 
     def _counted(self, filters: SearchFilter, params: dict[str, Any]) -> str:
         """An SQL upper bound of the scope's rows, as far as the scope columns tell: a
-        user's count in term_stats when the user is the only one, else the scope's btree
-        entries counted up to the cap (archived ones too); NULL without a scope column."""
-        if filters.user_id is not None and not _other_scope_columns(filters):
-            params["user_count_key"] = USER_KEY + filters.user_id
-            return _USER_COUNTED
+        user's count in term_stats when the user is the only one (where counting the
+        user's btree up to the cap read ~4,200 entries at 100k rows), else the scope's
+        btree entries counted up to the cap (archived ones too); NULL without a scope
+        column."""
+        if filters.user_id is not None and not filters.scoped_beyond_user():
+            params["user_keys"] = [USER_KEY + filters.user_id]
+            return _KEYS_ROWS.format(keys="user_keys")
         scope_keys = self._scope_keys(filters)
         return ("NULL::float8" if scope_keys is None
                 else _SCOPE_COUNTED.format(scope_keys=scope_keys))
