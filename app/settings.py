@@ -42,6 +42,9 @@ class Settings(BaseSettings):
     embedder: Literal["local", "openai", "hash"] = "local"
     embedder_batch_size: int = Field(default=64, ge=1, le=2048)
     embedder_threads: int = Field(default=1, ge=1, le=64)
+    # The local model's passes hold at most this many characters (app/providers/batcher.py),
+    # so a search's query waits for at most one short pass of a write batch's embedding.
+    embedder_pass_chars: int = Field(default=512, ge=1, le=1_000_000)
     # How the local model runs: ONNX Runtime over an export of the packaged weights
     # (2.7x faster per query, the same vectors) or sentence-transformers on torch.
     embedder_runtime: Literal["onnx", "torch"] = "onnx"

@@ -193,6 +193,10 @@ class MemoEmbedder:
                 self.cache[t] = v
         return [self.cache[t] for t in texts]
 
+    async def embed_query(self, text: str) -> Vector:
+        (vector,) = await self.embed([text])
+        return vector
+
     async def aclose(self) -> None:
         await self.inner.aclose()
 

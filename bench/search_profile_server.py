@@ -6,7 +6,7 @@ but wraps, at import time:
 * the ASGI app: server-side wall time of every POST /v1/search (first byte handed to the app
   to the last byte of the answer), tagged with the scope class the benchmark sends in the
   `x-bench-class` header (a context variable carries the tag into the hooks below),
-* `LocalEmbedder.embed`: what the request waits for its query vector (includes the
+* `LocalEmbedder.embed_query`: what the request waits for its query vector (includes the
   micro-batcher's queue and the hand-off to the embedder thread),
 * `LocalEmbedder._encode`: the model's forward pass alone, on the embedder thread (untagged:
   a batch can serve several requests),
@@ -70,7 +70,7 @@ def install() -> None:
     from app.search.repository import SearchRepository
 
     hooks: list[tuple[Any, str, Any]] = [
-        (LocalEmbedder, "embed", _wrap_async("embed", LocalEmbedder.embed)),
+        (LocalEmbedder, "embed_query", _wrap_async("embed", LocalEmbedder.embed_query)),
         (LocalEmbedder, "_encode", _wrap_sync("encode", LocalEmbedder._encode)),
         # The text task copies the request's context, so its record carries the tag too.
         (SearchRepository, "text_matches", _wrap_async("text", SearchRepository.text_matches)),

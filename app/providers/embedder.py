@@ -19,6 +19,11 @@ class Embedder(Protocol):
         """One vector per text, in order, unit length, `dimensions` wide."""
         ...
 
+    async def embed_query(self, text: str) -> Vector:
+        """A search query's vector, the one `embed` gives the text. A search waits on it,
+        so an embedder that queues its work serves it before writes'."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -46,6 +51,7 @@ def build_embedder(settings: Settings) -> Embedder:
     return LocalEmbedder(
         batch_size=settings.embedder_batch_size,
         threads=settings.embedder_threads,
+        pass_chars=settings.embedder_pass_chars,
         runtime=settings.embedder_runtime,
         cache_dir=settings.model_cache_dir or settings.data_dir / "models",
     )

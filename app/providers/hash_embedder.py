@@ -39,5 +39,8 @@ class HashEmbedder:
     async def embed(self, texts: Sequence[str]) -> list[Vector]:
         return [self.embed_one(t) for t in texts]
 
+    async def embed_query(self, text: str) -> Vector:
+        return self.embed_one(text)
+
     async def aclose(self) -> None:
         return None

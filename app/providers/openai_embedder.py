@@ -65,6 +65,11 @@ class OpenAIEmbedder:
             out.extend(await self._embed_chunk(list(texts[start : start + self._batch_size])))
         return out
 
+    async def embed_query(self, text: str) -> Vector:
+        # Each call is its own HTTP request: nothing here queues a query behind writes.
+        (vector,) = await self._embed_chunk([text])
+        return vector
+
     async def _embed_chunk(self, texts: list[str]) -> list[Vector]:
         payload = {"model": self._model, "input": texts, "dimensions": self.dimensions,
                    "encoding_format": "float"}

@@ -50,7 +50,7 @@ class SearchService:
         text_task = asyncio.ensure_future(
             self.repository.text_matches(request.query, filters, self.limits))
         try:
-            (vector,) = await self.embedder.embed([request.query])
+            vector = await self.embedder.embed_query(request.query)
         except BaseException:
             text_task.cancel()
             await asyncio.gather(text_task, return_exceptions=True)

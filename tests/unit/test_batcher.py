@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -53,12 +54,20 @@ def executor() -> Iterator[ThreadPoolExecutor]:
     pool.shutdown(wait=True, cancel_futures=True)
 
 
-def make_batcher(model: FakeModel, executor: ThreadPoolExecutor,
-                 max_batch: int) -> MicroBatcher:
+def make_batcher(model: Callable[[list[str]], list[Vector]], executor: ThreadPoolExecutor,
+                 max_batch: int, pass_chars: int | None = None) -> MicroBatcher:
     def run_in_worker(fn: Callable[[], list[Vector]]) -> asyncio.Future[list[Vector]]:
         return asyncio.get_running_loop().run_in_executor(executor, fn)
 
-    return MicroBatcher(model, run_in_worker, max_batch=max_batch)
+    return MicroBatcher(model, run_in_worker, max_batch=max_batch, pass_chars=pass_chars)
+
+
+async def first_pass_running(model: FakeModel) -> None:
+    for _ in range(500):
+        if model.started.is_set():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the model never started a pass")
 
 
 async def test_concurrent_single_calls_are_coalesced_into_fewer_batches(
@@ -107,10 +116,12 @@ async def test_max_batch_is_respected(executor: ThreadPoolExecutor) -> None:
     await batcher.aclose()
 
 
-async def test_a_request_larger_than_max_batch_runs_alone(executor: ThreadPoolExecutor) -> None:
+async def test_a_request_larger_than_max_batch_is_split_into_passes_of_its_own(
+    executor: ThreadPoolExecutor,
+) -> None:
     model = FakeModel()
     batcher = make_batcher(model, executor, max_batch=4)
-    big = [f"t{i}" for i in range(100, 106)]
+    big = [f"t{i}" for i in range(100, 110)]
 
     small_a, large, small_b = await asyncio.gather(
         batcher.embed(["t1"]), batcher.embed(big), batcher.embed(["t2"])
@@ -119,10 +130,8 @@ async def test_a_request_larger_than_max_batch_runs_alone(executor: ThreadPoolEx
     assert small_a == [vector_of("t1")]
     assert large == [vector_of(t) for t in big]
     assert small_b == [vector_of("t2")]
-    # Never mixed with other callers' texts; only an oversized request exceeds max_batch.
-    assert big in model.batches
-    assert all(len(b) <= 4 for b in model.batches if b != big)
-    await batcher.aclose()
+    # The single texts share a pass; the batch goes in passes of max_batch, never mixed.
+    assert model.batches == [["t1", "t2"], big[:4], big[4:8], big[8:]]
 
 
 async def test_calls_arriving_during_a_pass_are_coalesced_into_the_next_batch(
@@ -215,4 +224,197 @@ async def test_an_error_outside_exception_fails_the_batch_and_the_batcher_goes_o
     with pytest.raises(RuntimeError, match="the model died"):
         await asyncio.wait_for(batcher.embed(["t1"]), timeout=5)
     assert await batcher.embed(["t2"]) == [vector_of("t2")]
+    await batcher.aclose()
+
+
+# Scheduling: short passes, single texts before batches.
+
+
+async def test_a_pass_holds_at_most_pass_chars_characters_but_always_one_text(
+    executor: ThreadPoolExecutor,
+) -> None:
+    model = FakeModel()
+    batcher = make_batcher(model, executor, max_batch=64, pass_chars=10)
+    # Texts of 4, 4, 4, 12 and 3 characters.
+    batch = ["t100", "t200", "t300", "t40000000000", "t50"]
+
+    assert await batcher.embed(batch) == [vector_of(t) for t in batch]
+    # Shortest first, so a pass holds texts of about one length (answered in the caller's
+    # order); 3 + 4 fit in 10, a third does not; a text longer than the budget goes alone.
+    assert model.batches == [["t50", "t100"], ["t200", "t300"], ["t40000000000"]]
+
+    model.batches.clear()
+    singles = [f"t{i}{i}" for i in range(1, 6)]
+    results = await asyncio.gather(*(batcher.embed([t]) for t in singles))
+    assert results == [[vector_of(t)] for t in singles]
+    assert all(sum(map(len, b)) <= 10 for b in model.batches)
+    assert [t for b in model.batches for t in b] == singles
+    await batcher.aclose()
+
+
+async def test_a_single_text_queued_behind_a_batch_goes_before_the_rest_of_it(
+    executor: ThreadPoolExecutor,
+) -> None:
+    gate = threading.Event()
+    model = FakeModel(gate)
+    batcher = make_batcher(model, executor, max_batch=2)
+    batch = [f"t{i}" for i in range(100, 108)]
+
+    bulk = asyncio.ensure_future(batcher.embed(batch))
+    await first_pass_running(model)
+    query = asyncio.ensure_future(batcher.embed(["t7"]))
+    await asyncio.sleep(0.05)
+    gate.set()
+
+    assert await query == [vector_of("t7")]
+    # Answered after one pass of the batch, while the batch still had passes to go.
+    assert not bulk.done()
+    assert await bulk == [vector_of(t) for t in batch]
+    assert model.batches == [batch[:2], ["t7"], batch[2:4], batch[4:6], batch[6:]]
+    await batcher.aclose()
+
+
+async def test_single_texts_do_not_share_a_pass_with_batch_texts(
+    executor: ThreadPoolExecutor,
+) -> None:
+    gate = threading.Event()
+    model = FakeModel(gate)
+    batcher = make_batcher(model, executor, max_batch=8)
+
+    first = asyncio.ensure_future(batcher.embed(["t0"]))
+    await first_pass_running(model)
+    bulk = asyncio.ensure_future(batcher.embed(["t10", "t11"]))
+    singles = [asyncio.ensure_future(batcher.embed([f"t{i}"])) for i in (1, 2)]
+    await asyncio.sleep(0.05)
+    gate.set()
+
+    await asyncio.gather(first, bulk, *singles)
+    # The single texts waiting go first, then the batch: never one pass of both.
+    assert model.batches == [["t0"], ["t1", "t2"], ["t10", "t11"]]
+    await batcher.aclose()
+
+
+async def test_a_stream_of_single_texts_does_not_starve_a_batch(
+    executor: ThreadPoolExecutor,
+) -> None:
+    loop = asyncio.get_running_loop()
+    batcher: MicroBatcher
+    singles: list[asyncio.Future[list[Vector]]] = []
+    passes: list[list[str]] = []
+
+    def model(texts: list[str]) -> list[Vector]:
+        # Every pass, another single text arrives while the model works.
+        passes.append(list(texts))
+        if len(passes) <= 6:
+            n = len(passes)
+            loop.call_soon_threadsafe(
+                lambda: singles.append(asyncio.ensure_future(batcher.embed([f"t{n}"]))))
+            time.sleep(0.02)
+        return [vector_of(t) for t in texts]
+
+    batcher = make_batcher(model, executor, max_batch=2)
+    first = asyncio.ensure_future(batcher.embed(["t0"]))
+    await asyncio.sleep(0)
+    bulk = await batcher.embed([f"t{i}" for i in range(100, 106)])
+    await first
+    await asyncio.gather(*singles)
+
+    assert bulk == [vector_of(f"t{i}") for i in range(100, 106)]
+    kinds = ["bulk" if any(len(t) == 4 for t in p) else "single" for p in passes]
+    # While the batch waits, it gets every other pass however many single texts come.
+    batch_waiting = kinds[:kinds.index("bulk") + 5]
+    assert "single, single" not in ", ".join(batch_waiting), passes
+    await batcher.aclose()
+
+
+async def test_a_failed_pass_fails_its_batch_and_the_rest_is_never_embedded(
+    executor: ThreadPoolExecutor,
+) -> None:
+    model = FakeModel()
+    batcher = make_batcher(model, executor, max_batch=2)
+    batch = ["t101", "t102", "boom", "t103", "t104", "t105"]
+
+    failed, other = await asyncio.gather(batcher.embed(batch), batcher.embed(["t6", "t7"]),
+                                         return_exceptions=True)
+
+    assert isinstance(failed, Boom)
+    assert other == [vector_of("t6"), vector_of("t7")]
+    assert model.batches == [["t101", "t102"], ["boom", "t103"], ["t6", "t7"]]
+    await batcher.aclose()
+
+
+async def test_a_cancelled_callers_remaining_texts_are_never_embedded(
+    executor: ThreadPoolExecutor,
+) -> None:
+    gate = threading.Event()
+    model = FakeModel(gate)
+    batcher = make_batcher(model, executor, max_batch=2)
+    batch = [f"t{i}" for i in range(100, 110)]
+
+    bulk = asyncio.ensure_future(batcher.embed(batch))
+    await first_pass_running(model)
+    bulk.cancel()
+    await asyncio.sleep(0.01)
+    gate.set()
+
+    assert await batcher.embed(["t1"]) == [vector_of("t1")]
+    assert model.batches == [batch[:2], ["t1"]]
+    assert bulk.cancelled()
+    await batcher.aclose()
+
+
+async def test_a_query_goes_before_single_texts_and_batches_queued_earlier(
+    executor: ThreadPoolExecutor,
+) -> None:
+    gate = threading.Event()
+    model = FakeModel(gate)
+    batcher = make_batcher(model, executor, max_batch=8)
+
+    first = asyncio.ensure_future(batcher.embed(["t0"]))
+    await first_pass_running(model)
+    bulk = asyncio.ensure_future(batcher.embed(["t10", "t11"]))
+    singles = [asyncio.ensure_future(batcher.embed([f"t{i}"])) for i in (1, 2)]
+    queries = [asyncio.ensure_future(batcher.embed([f"t{i}"], urgent=True)) for i in (7, 8)]
+    await asyncio.sleep(0.05)
+    gate.set()
+
+    assert [await q for q in queries] == [[vector_of("t7")], [vector_of("t8")]]
+    await asyncio.gather(first, bulk, *singles)
+    # The queries share a pass of their own, ahead of everything queued before them.
+    assert model.batches == [["t0"], ["t7", "t8"], ["t1", "t2"], ["t10", "t11"]]
+    await batcher.aclose()
+
+
+async def test_a_stream_of_queries_starves_neither_single_writes_nor_batches(
+    executor: ThreadPoolExecutor,
+) -> None:
+    loop = asyncio.get_running_loop()
+    batcher: MicroBatcher
+    queries: list[asyncio.Future[list[Vector]]] = []
+    passes: list[list[str]] = []
+
+    def model(texts: list[str]) -> list[Vector]:
+        # Every pass, another query arrives while the model works.
+        passes.append(list(texts))
+        if len(passes) <= 9:
+            n = len(passes)
+            loop.call_soon_threadsafe(lambda: queries.append(
+                asyncio.ensure_future(batcher.embed([f"t{n}"], urgent=True))))
+            time.sleep(0.02)
+        return [vector_of(t) for t in texts]
+
+    batcher = make_batcher(model, executor, max_batch=1)
+    first = asyncio.ensure_future(batcher.embed(["t0"], urgent=True))
+    await asyncio.sleep(0)
+    single, bulk = await asyncio.gather(batcher.embed(["t500"]),
+                                        batcher.embed(["t1000", "t1001", "t1002"]))
+    await first
+    await asyncio.gather(*queries)
+
+    assert single == [vector_of("t500")]
+    assert bulk == [vector_of(t) for t in ("t1000", "t1001", "t1002")]
+    # Queries (t<n>), the single write (t500) and the batch (t1000-t1002) take turns: the
+    # single write and the batch are each done within a few passes, not after the stream.
+    assert passes.index(["t500"]) <= 3, passes
+    assert passes.index(["t1002"]) <= 8, passes
     await batcher.aclose()

@@ -1,11 +1,13 @@
 """The local all-MiniLM-L6-v2 embedder, loaded once for the module: shape, meaning,
-coalescing of concurrent calls, and one memory stored through the API with its vector."""
+coalescing of concurrent calls, a search's query served between a batch's passes, and one
+memory stored through the API with its vector."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import math
+import threading
 import uuid
 from collections.abc import AsyncIterator
 
@@ -94,6 +96,53 @@ async def test_concurrent_single_embeds_are_coalesced_and_match_one_by_one(
     assert len(passes) < len(texts)
     for solo, (batched,) in zip(one_by_one, together, strict=True):
         assert max(abs(x - y) for x, y in zip(solo, batched, strict=True)) < 1e-5
+
+
+async def test_a_query_is_answered_between_the_passes_of_a_large_batch(
+    embedder: LocalEmbedder,
+) -> None:
+    # Of three lengths, interleaved: the passes take them shortest first.
+    batch = [f"Note {i}: " + ("we met.", "the team moved the planning meeting to room 3.",
+                              "the quarterly planning meeting moved to the large room on the "
+                              "third floor, next to the kitchen.")[i % 3] for i in range(64)]
+    # The model over the whole batch at once, and over the single text alone.
+    batch_alone = embedder._encode(batch)
+    query_alone, single_alone = embedder._encode([CAT_AGAIN, REVENUE])
+
+    passes: list[list[str]] = []
+    started = threading.Event()
+    encode = embedder._encode
+
+    def recording_encode(texts: list[str]) -> list[list[float]]:
+        passes.append(list(texts))
+        started.set()
+        return encode(texts)
+
+    embedder._batcher._run_batch = recording_encode
+    try:
+        bulk = asyncio.ensure_future(embedder.embed(batch))
+        assert await asyncio.to_thread(started.wait, 10)
+        single = asyncio.ensure_future(embedder.embed([REVENUE]))
+        query = await embedder.embed_query(CAT_AGAIN)
+        # A search's query waits for one short pass of a write batch, not for all of it,
+        # and goes before a single write queued ahead of it.
+        assert not bulk.done()
+        batched = await bulk
+        (single_vector,) = await single
+    finally:
+        embedder._batcher._run_batch = encode
+
+    assert passes.index([CAT_AGAIN]) <= 1
+    assert passes.index([CAT_AGAIN]) < passes.index([REVENUE])
+    assert len(passes) > 3
+    assert all(sum(map(len, p)) <= 512 for p in passes)
+    batch_passes = [p for p in passes if p not in ([CAT_AGAIN], [REVENUE])]
+    assert sorted(t for p in batch_passes for t in p) == sorted(batch)
+    # Short passes give the same vectors, each back in its text's place.
+    assert max(abs(x - y) for x, y in zip(query, query_alone, strict=True)) < 1e-5
+    assert max(abs(x - y) for x, y in zip(single_vector, single_alone, strict=True)) < 1e-5
+    for got, want in zip(batched, batch_alone, strict=True):
+        assert max(abs(x - y) for x, y in zip(got, want, strict=True)) < 1e-5
 
 
 async def test_the_api_stores_the_models_vector(

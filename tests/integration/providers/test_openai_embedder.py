@@ -296,6 +296,16 @@ async def test_no_key_sends_no_authorization_header(server: FakeEmbeddingsServer
     assert server.requests[0].authorization is None
 
 
+async def test_a_query_is_one_request_with_the_vector_embed_gives_it(
+    server: FakeEmbeddingsServer, embedder: OpenAIEmbedder
+) -> None:
+    vector = await embedder.embed_query("what does Alice like")
+
+    assert len(server.requests) == 1
+    assert server.requests[0].body["input"] == ["what does Alice like"]
+    assert_close([vector], await embedder.embed(["what does Alice like"]))
+
+
 @pytest.mark.parametrize("status", [500, 429, 503])
 async def test_a_retryable_failure_is_retried_then_succeeds(
     server: FakeEmbeddingsServer, embedder: OpenAIEmbedder, status: int

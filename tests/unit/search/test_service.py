@@ -91,6 +91,10 @@ class Embedder:
         self.repository.text_gate.set()
         return [[1.0, 0.0, 0.0, 0.0] for _ in texts]
 
+    async def embed_query(self, text: str) -> list[float]:
+        (vector,) = await self.embed([text])
+        return vector
+
     async def aclose(self) -> None:
         pass
 
