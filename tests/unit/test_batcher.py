@@ -294,36 +294,47 @@ async def test_single_texts_do_not_share_a_pass_with_batch_texts(
     await batcher.aclose()
 
 
-async def test_a_stream_of_single_texts_does_not_starve_a_batch(
-    executor: ThreadPoolExecutor,
-) -> None:
-    loop = asyncio.get_running_loop()
-    batcher: MicroBatcher
-    singles: list[asyncio.Future[list[Vector]]] = []
-    passes: list[list[str]] = []
+class Stream:
+    """A `run_batch` that records each pass and, during each of its first `arrivals`
+    passes, has one more single-text call arrive (`urgent` or not), as under steady load."""
 
-    def model(texts: list[str]) -> list[Vector]:
-        # Every pass, another single text arrives while the model works.
-        passes.append(list(texts))
-        if len(passes) <= 6:
-            n = len(passes)
-            loop.call_soon_threadsafe(
-                lambda: singles.append(asyncio.ensure_future(batcher.embed([f"t{n}"]))))
+    def __init__(self, arrivals: int, urgent: bool) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.arrivals = arrivals
+        self.urgent = urgent
+        self.passes: list[list[str]] = []
+        self.arrived: list[asyncio.Future[list[Vector]]] = []
+        self.batcher: MicroBatcher | None = None
+
+    def __call__(self, texts: list[str]) -> list[Vector]:
+        self.passes.append(list(texts))
+        if len(self.passes) <= self.arrivals:
+            self.loop.call_soon_threadsafe(self._arrive, f"t{len(self.passes)}")
             time.sleep(0.02)
         return [vector_of(t) for t in texts]
 
-    batcher = make_batcher(model, executor, max_batch=2)
+    def _arrive(self, text: str) -> None:
+        assert self.batcher is not None
+        self.arrived.append(asyncio.ensure_future(self.batcher.embed([text], self.urgent)))
+
+
+async def test_a_stream_of_single_texts_does_not_starve_a_batch(
+    executor: ThreadPoolExecutor,
+) -> None:
+    stream = Stream(arrivals=6, urgent=False)
+    batcher = stream.batcher = make_batcher(stream, executor, max_batch=2)
+
     first = asyncio.ensure_future(batcher.embed(["t0"]))
     await asyncio.sleep(0)
     bulk = await batcher.embed([f"t{i}" for i in range(100, 106)])
     await first
-    await asyncio.gather(*singles)
+    await asyncio.gather(*stream.arrived)
 
     assert bulk == [vector_of(f"t{i}") for i in range(100, 106)]
-    kinds = ["bulk" if any(len(t) == 4 for t in p) else "single" for p in passes]
+    kinds = ["bulk" if any(len(t) == 4 for t in p) else "single" for p in stream.passes]
     # While the batch waits, it gets every other pass however many single texts come.
     batch_waiting = kinds[:kinds.index("bulk") + 5]
-    assert "single, single" not in ", ".join(batch_waiting), passes
+    assert "single, single" not in ", ".join(batch_waiting), stream.passes
     await batcher.aclose()
 
 
@@ -388,33 +399,20 @@ async def test_a_query_goes_before_single_texts_and_batches_queued_earlier(
 async def test_a_stream_of_queries_starves_neither_single_writes_nor_batches(
     executor: ThreadPoolExecutor,
 ) -> None:
-    loop = asyncio.get_running_loop()
-    batcher: MicroBatcher
-    queries: list[asyncio.Future[list[Vector]]] = []
-    passes: list[list[str]] = []
+    stream = Stream(arrivals=9, urgent=True)
+    batcher = stream.batcher = make_batcher(stream, executor, max_batch=1)
 
-    def model(texts: list[str]) -> list[Vector]:
-        # Every pass, another query arrives while the model works.
-        passes.append(list(texts))
-        if len(passes) <= 9:
-            n = len(passes)
-            loop.call_soon_threadsafe(lambda: queries.append(
-                asyncio.ensure_future(batcher.embed([f"t{n}"], urgent=True))))
-            time.sleep(0.02)
-        return [vector_of(t) for t in texts]
-
-    batcher = make_batcher(model, executor, max_batch=1)
     first = asyncio.ensure_future(batcher.embed(["t0"], urgent=True))
     await asyncio.sleep(0)
     single, bulk = await asyncio.gather(batcher.embed(["t500"]),
                                         batcher.embed(["t1000", "t1001", "t1002"]))
     await first
-    await asyncio.gather(*queries)
+    await asyncio.gather(*stream.arrived)
 
     assert single == [vector_of("t500")]
     assert bulk == [vector_of(t) for t in ("t1000", "t1001", "t1002")]
     # Queries (t<n>), the single write (t500) and the batch (t1000-t1002) take turns: the
     # single write and the batch are each done within a few passes, not after the stream.
-    assert passes.index(["t500"]) <= 3, passes
-    assert passes.index(["t1002"]) <= 8, passes
+    assert stream.passes.index(["t500"]) <= 3, stream.passes
+    assert stream.passes.index(["t1002"]) <= 8, stream.passes
     await batcher.aclose()
