@@ -511,8 +511,10 @@ def halfvec_binary(v: np.ndarray) -> bytes:
 
 
 def vector_text(v: np.ndarray) -> str:
-    # Exactly what pgvector.sqlalchemy's HALFVEC binds for the service's list[float].
-    return f"[{','.join([str(float(x)) for x in v.tolist()])}]"
+    # Exactly what the service binds for its list[float] (app/models/vector.py).
+    from app.models.vector import vector_text as service_vector_text
+
+    return service_vector_text(v.tolist())
 
 
 # Columns the service writes (app.memories.service._row_for + tenant_id); the database

@@ -51,9 +51,10 @@ class Counting:
 async def run(args: argparse.Namespace, cleanup: ing.Cleanup, res: dict[str, Any]) -> None:
     from app.db import create_engine
     from app.models import DEFAULT_TENANT_ID
+    from app.models.vector import vector_text
     from app.search.config import build_limits
     from app.search.reader import SearchReader
-    from app.search.repository import _VECTOR_TEXT, SearchFilter, SearchRepository
+    from app.search.repository import SearchFilter, SearchRepository
     from app.settings import Settings
 
     url, _, _ = await ing.start_database(cleanup, "search-duplicates", res["env"])
@@ -64,7 +65,7 @@ async def run(args: argparse.Namespace, cleanup: ing.Cleanup, res: dict[str, Any
     questions = sb.make_questions(args.seed + 500, args.queries)
     _, encoder = await asyncio.to_thread(ing.load_service_encoder)
     vectors = [v.tolist() for v in encoder.encode(questions)]
-    texts = [_VECTOR_TEXT % tuple(v) for v in vectors]
+    texts = [vector_text(v) for v in vectors]
 
     conn = await ing.connect(url)
     mid_user = await conn.fetchval(

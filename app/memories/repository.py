@@ -6,12 +6,18 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Select, and_, delete, func, insert, or_, select, tuple_, update
+from sqlalchemy import Select, Table, and_, delete, func, insert, or_, select, tuple_, update
+from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from app.models import Memory
+
+_TABLE = cast(Table, Memory.__table__)
+# The row dicts are keyed by attribute; a Core insert wants column names (`metadata_`
+# is the column `metadata`).
+_COLUMN = {a.key: a.columns[0].key for a in sa_inspect(Memory).column_attrs}
 
 
 @dataclass(frozen=True)
@@ -41,12 +47,18 @@ class MemoryRepository:
         return select(Memory).where(Memory.tenant_id == self.tenant_id)
 
     async def insert_many(self, rows: Sequence[dict[str, Any]]) -> None:
-        # One multi-row statement, not a list of parameters: asyncpg would send that as
-        # an executemany, one INSERT per row, and each would fire the statement triggers
-        # (the term statistics of migration 0004) on its own.
+        # One multi-row statement: the statement triggers (the term statistics of migration
+        # 0004) then fire once for the batch. Executed with a list of rows and RETURNING,
+        # SQLAlchemy renders them into one INSERT per 1,000 ("insertmanyvalues") from a
+        # cached compilation; `.values(rows)` compiled a new statement every time, ~150 ms
+        # of the event loop for 500 rows, during which no other request moved. Through the
+        # table, not the ORM entity: the ORM's bulk insert splits the rows into one
+        # statement per set of non-None columns.
         if rows:
             await self.session.execute(
-                insert(Memory).values([{**row, "tenant_id": self.tenant_id} for row in rows])
+                insert(_TABLE).returning(_TABLE.c.id),
+                [{_COLUMN.get(k, k): v for k, v in row.items()} | {"tenant_id": self.tenant_id}
+                 for row in rows],
             )
 
     async def get(self, memory_id: uuid.UUID, *, for_update: bool = False) -> Memory | None:

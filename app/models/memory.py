@@ -6,7 +6,6 @@ import uuid
 from datetime import date, datetime
 from typing import Any
 
-from pgvector.sqlalchemy import HALFVEC
 from sqlalchemy import (
     CheckConstraint,
     Date,
@@ -24,6 +23,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR, UUID
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.models.base import Base
+from app.models.vector import Embedding
 from app.settings import EMBEDDING_DIMENSIONS
 
 SCOPE_COLUMNS = ("user_id", "agent_id", "session_id", "namespace")
@@ -119,7 +119,7 @@ class Memory(Base):
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     archived_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     consolidation_id: Mapped[uuid.UUID | None] = mapped_column(UUID)
-    embedding: Mapped[Any] = mapped_column(HALFVEC(EMBEDDING_DIMENSIONS))
+    embedding: Mapped[Any] = mapped_column(Embedding(EMBEDDING_DIMENSIONS))
     # Maintained by the memories_tsv trigger (migrations 0003, 0010): content plus the UTC
     # day words (a summary's covered days).
     tsv: Mapped[Any] = mapped_column(TSVECTOR, server_default=FetchedValue())

@@ -257,6 +257,34 @@ async def test_deleting_a_tenant_leaves_only_zero_sums_which_the_fold_drops(
     assert left == 0
 
 
+async def test_a_batch_write_is_one_statement_so_the_triggers_add_one_row_per_key(
+    resources: Resources, client: httpx.AsyncClient, tenant: TenantKey,
+) -> None:
+    # Per-row INSERTs (an executemany), or one per set of columns set (the ORM's bulk
+    # insert), would fire the statement triggers more than once: "garden" would get
+    # several delta rows. The rows differ in which optional fields they set.
+    items: list[dict[str, Any]] = [
+        {"content": f"garden tomato harvest {i}", "user_id": "ann", "tags": ["veg"]}
+        for i in range(10)]
+    items[3] |= {"agent_id": "planner", "metadata": {"bed": 3}}
+    items[6] |= {"expires_at": "2099-01-01T00:00:00Z", "session_id": "s1"}
+    ids = await seed(client, items)
+    async with resources.sessionmaker() as session:
+        rows = (await session.execute(text(
+            "SELECT lexeme, count(*) AS n FROM term_stats WHERE tenant_id = :t GROUP BY lexeme"
+        ), {"t": tenant.tenant_id})).all()
+        stored = (await session.execute(text(
+            "SELECT agent_id, session_id, metadata, expires_at IS NOT NULL AS expires "
+            "FROM memories WHERE id = ANY(CAST(:ids AS uuid[])) ORDER BY agent_id IS NULL"
+        ), {"ids": [ids[3], ids[6]]})).all()
+    assert {"garden", "tomato", "harvest", "", TAG_KEY + "veg", USER_KEY + "ann"} <= {
+        r.lexeme for r in rows}
+    assert all(r.n == 1 for r in rows), rows
+    assert [tuple(r) for r in stored] == [("planner", None, {"bed": 3}, False),
+                                          (None, "s1", {}, True)]
+    await assert_consistent(resources, tenant.tenant_id)
+
+
 async def test_the_fold_leaves_one_row_per_lexeme_and_every_total_unchanged(
     resources: Resources, client: httpx.AsyncClient, tenant: TenantKey,
 ) -> None:
