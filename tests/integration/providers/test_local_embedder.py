@@ -1,6 +1,7 @@
 """The local all-MiniLM-L6-v2 embedder, loaded once for the module: shape, meaning,
-coalescing of concurrent calls, a search's query served between a batch's passes, and one
-memory stored through the API with its vector."""
+coalescing of concurrent calls, a search's query served before a batch is done (between its
+passes, or beside them on the query lane), and one memory stored through the API with its
+vector."""
 
 from __future__ import annotations
 
@@ -98,8 +99,9 @@ async def test_concurrent_single_embeds_are_coalesced_and_match_one_by_one(
         assert max(abs(x - y) for x, y in zip(solo, batched, strict=True)) < 1e-5
 
 
-async def test_a_query_is_answered_between_the_passes_of_a_large_batch(
-    embedder: LocalEmbedder,
+@pytest.mark.parametrize("query_lane", [False, True], ids=["one-worker", "query-lane"])
+async def test_a_query_is_answered_before_a_large_batch_is_done(
+    embedder: LocalEmbedder, query_lane: bool,
 ) -> None:
     # Of three lengths, interleaved: the passes take them shortest first.
     batch = [f"Note {i}: " + ("we met.", "the team moved the planning meeting to room 3.",
@@ -109,36 +111,48 @@ async def test_a_query_is_answered_between_the_passes_of_a_large_batch(
     batch_alone = embedder._encode(batch)
     query_alone, single_alone = embedder._encode([CAT_AGAIN, REVENUE])
 
-    passes: list[list[str]] = []
+    passes: list[tuple[str, list[str]]] = []
     started = threading.Event()
-    encode = embedder._encode
+    # The module's model, loaded once, behind a batcher of its own.
+    local = LocalEmbedder(batch_size=16, query_lane=query_lane, encoder=embedder._encoder)
+    encode = local._encode
 
     def recording_encode(texts: list[str]) -> list[list[float]]:
-        passes.append(list(texts))
+        passes.append((threading.current_thread().name, list(texts)))
         started.set()
         return encode(texts)
 
-    embedder._batcher._run_batch = recording_encode
+    local._batcher._run_batch = recording_encode
     try:
-        bulk = asyncio.ensure_future(embedder.embed(batch))
+        bulk = asyncio.ensure_future(local.embed(batch))
         assert await asyncio.to_thread(started.wait, 10)
-        single = asyncio.ensure_future(embedder.embed([REVENUE]))
-        query = await embedder.embed_query(CAT_AGAIN)
-        # A search's query waits for one short pass of a write batch, not for all of it,
-        # and goes before a single write queued ahead of it.
+        single = asyncio.ensure_future(local.embed([REVENUE]))
+        query = await local.embed_query(CAT_AGAIN)
+        # A search's query does not wait for a write batch, and goes before a single write
+        # queued ahead of it.
         assert not bulk.done()
         batched = await bulk
         (single_vector,) = await single
     finally:
-        embedder._batcher._run_batch = encode
+        await local.aclose()
 
-    assert passes.index([CAT_AGAIN]) <= 1
-    assert passes.index([CAT_AGAIN]) < passes.index([REVENUE])
+    texts = [p for _, p in passes]
+    (query_thread,) = (thread for thread, p in passes if p == [CAT_AGAIN])
+    if query_lane:
+        # Embedded on the second thread, beside the batch's pass under way.
+        assert query_thread == "embedder-query_0"
+    else:
+        # Between two short passes of the batch, on the one thread.
+        assert texts.index([CAT_AGAIN]) <= 1
+        assert query_thread == "embedder_0"
+    assert {thread for thread, p in passes if p != [CAT_AGAIN]} == {"embedder_0"}
+    assert texts.index([CAT_AGAIN]) < texts.index([REVENUE])
     assert len(passes) > 3
-    assert all(sum(map(len, p)) <= 512 for p in passes)
-    batch_passes = [p for p in passes if p not in ([CAT_AGAIN], [REVENUE])]
+    assert all(sum(map(len, p)) <= 512 for p in texts)
+    batch_passes = [p for p in texts if p not in ([CAT_AGAIN], [REVENUE])]
     assert sorted(t for p in batch_passes for t in p) == sorted(batch)
-    # Short passes give the same vectors, each back in its text's place.
+    # Short passes, and passes run beside each other on one model, give the same vectors,
+    # each back in its text's place.
     assert max(abs(x - y) for x, y in zip(query, query_alone, strict=True)) < 1e-5
     assert max(abs(x - y) for x, y in zip(single_vector, single_alone, strict=True)) < 1e-5
     for got, want in zip(batched, batch_alone, strict=True):
