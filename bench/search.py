@@ -1900,6 +1900,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         if getattr(args, key) is None:
             setattr(args, key, value)
     args.rows = [int(x) for x in str(args.rows).split(",") if x.strip()]
+    if args.explain < 1:
+        # The plan table (and the split of each statement's time) is built from these.
+        p.error("--explain must be at least 1")
     if args.explain > args.queries:
         args.explain = args.queries
     return args
