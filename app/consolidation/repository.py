@@ -136,7 +136,7 @@ class ConsolidationRepository:
         entries: list[Entry] = []
         snapshots: dict[uuid.UUID, Snapshot] = {}
         for row in rows:
-            embedding = tuple(row.embedding.to_list()) if with_embeddings else None
+            embedding = tuple(row.embedding) if with_embeddings else None
             entries.append(Entry(id=row.id, content=row.content, category=row.category,
                                  importance=row.importance, created_at=row.created_at,
                                  embedding=embedding, tags=tuple(row.tags),

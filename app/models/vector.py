@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pgvector import HalfVector
 from pgvector.sqlalchemy import HALFVEC
 from sqlalchemy.engine import Dialect
 
@@ -21,7 +22,9 @@ def vector_text(vector: Sequence[float]) -> str:
 
 
 class Embedding(HALFVEC):
-    """pgvector's HALFVEC, binding a list of EMBEDDING_DIMENSIONS floats through VECTOR_TEXT."""
+    """pgvector's HALFVEC, binding a list of EMBEDDING_DIMENSIONS floats through VECTOR_TEXT,
+    and read back as a list of floats whatever pgvector's version (0.3 returned a
+    HalfVector, 0.4 on a list)."""
 
     cache_ok = True
 
@@ -33,5 +36,17 @@ class Embedding(HALFVEC):
                 return VECTOR_TEXT % tuple(value)
             result: str | None = fallback(value)
             return result
+
+        return process
+
+    def result_processor(self, dialect: Dialect, coltype: Any) -> Callable[[Any], Any]:
+        def process(value: Any) -> list[float] | None:
+            if value is None:
+                return None
+            if isinstance(value, str):
+                return [float(v) for v in value[1:-1].split(",")]
+            if isinstance(value, HalfVector):
+                return value.to_list()
+            return [float(v) for v in value]
 
         return process

@@ -1,5 +1,5 @@
-"""The embedding column's bind: a list of floats in one format step, anything else as
-pgvector binds it."""
+"""The embedding column's bind (a list of floats in one format step, anything else as
+pgvector binds it) and its reading back (always a list of floats)."""
 
 from __future__ import annotations
 
@@ -40,3 +40,15 @@ def test_other_values_are_bound_as_pgvector_binds_them() -> None:
     assert bind(None) is None
     assert bind(array) == HalfVector._to_db(array)
     assert bind(short) == HalfVector._to_db(short)
+
+
+def test_a_stored_vector_reads_back_as_a_list_of_floats_whatever_the_driver_hands_over() -> None:
+    read = Embedding(EMBEDDING_DIMENSIONS).result_processor(asyncpg.dialect(), None)
+
+    # The text form asyncpg returns for halfvec, a HalfVector (pgvector 0.3's processor and
+    # its binary codec), and a sequence.
+    assert read("[0.5,-0.25,1]") == [0.5, -0.25, 1.0]
+    assert read(HalfVector([0.5, -0.25, 1.0])) == [0.5, -0.25, 1.0]
+    assert read(np.array([0.5, -0.25], dtype=np.float16)) == [0.5, -0.25]
+    assert read(None) is None
+    assert all(type(x) is float for x in read("[0.5,-0.25,1]"))

@@ -1,0 +1,76 @@
+"""The `similarity_cluster` selector over HTTP, on the embeddings the real local model
+stored: near-duplicates grouped, within `max_distance` of the kept memory and within its
+category, then folded by an archive run."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from app.providers.local_embedder import LocalEmbedder
+from app.resources import Resources
+from tests.conftest import create_tenant_key, make_client
+from tests.integration.consolidation.conftest import consolidate, get_memory, memory, seed
+
+pytestmark = pytest.mark.model
+
+# Cosine distances from "Alice likes ramen." with all-MiniLM-L6-v2: "really likes" 0.022,
+# "loves" 0.027, "a bowl of" 0.142, "dislikes olives" 0.50.
+FACTS = {
+    "kept": memory("Alice likes ramen.", 0, category="food", importance=0.9),
+    "really": memory("Alice really likes ramen.", 1, category="food"),
+    "loves": memory("Alice loves ramen.", 2, category="food"),
+    "bowl": memory("Alice enjoys a bowl of ramen.", 3, category="food"),
+    "olives": memory("Alice dislikes olives.", 4, category="food"),
+    "elsewhere": memory("Alice likes ramen a lot.", 5, category="notes"),
+}
+
+
+@pytest.fixture(scope="module")
+async def model_resources(resources: Resources) -> AsyncIterator[Resources]:
+    embedder = LocalEmbedder(batch_size=16, threads=1)
+    await embedder.load()
+    yield dataclasses.replace(resources, embedder=embedder)
+    await embedder.aclose()
+
+
+@pytest.fixture
+async def client(model_resources: Resources) -> AsyncIterator[httpx.AsyncClient]:
+    tenant = await create_tenant_key(model_resources)
+    async with make_client(model_resources, tenant.headers) as c:
+        yield c
+
+
+def selector(max_distance: float) -> dict[str, object]:
+    return {"name": "similarity_cluster", "max_distance": max_distance}
+
+
+async def test_near_duplicates_are_grouped_within_the_distance_and_the_category(
+    client: httpx.AsyncClient,
+) -> None:
+    ids = dict(zip(FACTS, await seed(client, list(FACTS.values())), strict=True))
+    name = {v: k for k, v in ids.items()}
+
+    planned = await consolidate(client, user_id="u1", dry_run=True, group_threshold=2,
+                                selector=selector(0.1))
+
+    assert planned["status"] == "planned", planned["error"]
+    assert [(g["category"], name[g["kept_id"]], [name[i] for i in g["removed_ids"]])
+            for g in planned["groups"]] == [("food", "kept", ["really", "loves"])]
+
+    folded = await consolidate(client, user_id="u1", group_threshold=2,
+                               selector=selector(0.15))
+
+    assert folded["status"] == "succeeded", folded["error"]
+    (group,) = folded["groups"]
+    assert (name[group["kept_id"]], [name[i] for i in group["removed_ids"]]) == (
+        "kept", ["really", "loves", "bowl"])
+    for removed in ("really", "loves", "bowl"):
+        assert (await get_memory(client, ids[removed]))["archived_at"] is not None
+    for untouched in ("kept", "olives", "elsewhere"):
+        assert (await get_memory(client, ids[untouched]))["archived_at"] is None
+    summary = await get_memory(client, group["summary_id"])
+    assert summary["summary_of"] == group["removed_ids"]
