@@ -45,8 +45,9 @@ class Settings(BaseSettings):
     # The local model's passes hold at most this many characters (app/providers/batcher.py),
     # so a search's query waits for at most one short pass of a write batch's embedding.
     embedder_pass_chars: int = Field(default=512, ge=1, le=1_000_000)
-    # A second model thread for search queries, used only while the first embeds writes,
-    # so a search does not wait for a write's pass (app/providers/batcher.py).
+    # A second model thread for search queries (ONNX Runtime only), used only while the
+    # first embeds writes, so a search does not wait for a write's pass
+    # (app/providers/batcher.py).
     embedder_query_lane: bool = True
     # How the local model runs: ONNX Runtime over an export of the packaged weights
     # (2.7x faster per query, the same vectors) or sentence-transformers on torch.

@@ -2,9 +2,9 @@
 
 Loaded once; every forward pass runs on a dedicated worker thread so the event loop
 never blocks, in the order and sizes the batcher (app/providers/batcher.py) schedules:
-one thread for everything, and a second one (the query lane) that embeds search queries
-only while the first is busy with writes. Both share one model (an ONNX Runtime session
-runs concurrent calls). The encoder itself (ONNX Runtime or torch) comes from
+one thread for everything, and on ONNX Runtime a second one (the query lane) that embeds
+search queries only while the first is busy with writes. Both share one model (an ONNX
+Runtime session runs concurrent calls). The encoder itself (ONNX Runtime or torch) comes from
 app/providers/sentence_encoder.py.
 """
 
@@ -47,8 +47,12 @@ class LocalEmbedder:
         self._runtime: Runtime = runtime
         self._cache_dir = cache_dir
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedder")
+        # Only on ONNX Runtime, whose tokenizer is configured once and whose session runs
+        # concurrent calls. sentence-transformers sets truncation and padding on its shared
+        # tokenizer on each call, and two threads doing so can fail with "Already borrowed"
+        # (huggingface/tokenizers#537).
         self._lane = (ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedder-query")
-                      if query_lane else None)
+                      if query_lane and runtime == "onnx" else None)
         self._encoder = encoder
         self._loading = threading.Lock()
         self._batcher = MicroBatcher(
