@@ -34,6 +34,8 @@ class Embedding(HALFVEC):
         def process(value: Any) -> str | None:
             if isinstance(value, list) and len(value) == EMBEDDING_DIMENSIONS:
                 return VECTOR_TEXT % tuple(value)
+            if isinstance(value, str):
+                return value  # already in its text form (MemoryRepository.insert_many)
             result: str | None = fallback(value)
             return result
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 import uuid
 
 import httpx
+import pytest
+from sqlalchemy import text
 
+from app.resources import Resources
 from tests.conftest import TenantKey
 
 
@@ -59,6 +62,27 @@ async def test_batch_create_keeps_input_order(client: httpx.AsyncClient) -> None
         assert (await client.get(f"/v1/memories/{memory['id']}")).json() == memory
 
 
+@pytest.mark.parametrize("size", [3, 20], ids=["small-batch", "batch-texts-off-loop"])
+async def test_a_batch_stores_each_memorys_own_vector(
+    client: httpx.AsyncClient, resources: Resources, size: int,
+) -> None:
+    # From 16 rows the repository puts the vectors in their text form on a thread.
+    contents = [f"batch fact {i}: the {('red', 'green', 'blue')[i % 3]} door" for i in range(size)]
+    resp = await client.post("/v1/memories/batch", json={"items": [{"content": c}
+                                                                   for c in contents]})
+    assert resp.status_code == 201, resp.text
+    ids = [m["id"] for m in resp.json()["items"]]
+
+    async with resources.engine.connect() as conn:
+        stored = dict((await conn.execute(
+            text("SELECT id::text, embedding::text FROM memories WHERE id = ANY(:ids)"),
+            {"ids": [uuid.UUID(i) for i in ids]})).all())
+    for memory_id, content in zip(ids, contents, strict=True):
+        values = [float(x) for x in stored[memory_id].strip("[]").split(",")]
+        expected = resources.embedder.embed_one(content)
+        assert max(abs(a - b) for a, b in zip(values, expected, strict=True)) < 1e-3
+
+
 async def test_update_changes_fields_and_reembeds(client: httpx.AsyncClient) -> None:
     created = (await client.post(
         "/v1/memories", json={"content": "old text", "expires_at": "2031-01-01T00:00:00Z"}
@@ -80,8 +104,6 @@ async def test_update_changes_fields_and_reembeds(client: httpx.AsyncClient) -> 
 
 
 async def test_update_reembeds_content(client: httpx.AsyncClient, resources) -> None:  # type: ignore[no-untyped-def]
-    from sqlalchemy import text
-
     created = (await client.post("/v1/memories", json={"content": "apples and pears"})).json()
     await client.patch(f"/v1/memories/{created['id']}", json={"content": "rockets to mars"})
     async with resources.engine.connect() as conn:
