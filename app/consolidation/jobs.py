@@ -53,6 +53,11 @@ async def _run_queued(context: JobContext, runner: ConsolidationRunner,
     run = await runner.load(run_id)
     if run.status != "running":
         return  # done already: a second delivery
+    if run.started_at is not None:
+        # Started by an earlier delivery: neither today's settings nor a busy scope (its
+        # own, while that delivery runs it) may fail it.
+        await runner.settle_started(run_id)
+        return
     try:
         composition = compose(ConsolidationRequest.model_validate(run.request),
                               context.resources)

@@ -55,6 +55,14 @@ def composition_record(composition: Composition) -> dict[str, Any]:
             "op": composition.op_config.model_dump(mode="json")}
 
 
+def _cause(exc: BaseException) -> str:
+    """What a failed run's `error` says: the first error itself, not the task group (the
+    ops of a run's groups run in one) that it surfaced through."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return f"{exc.__class__.__name__}: {exc}"
+
+
 def _ms(seconds: float) -> float:
     return round(seconds * 1000, 3)
 
@@ -103,6 +111,8 @@ class ConsolidationRunner:
         lock = ScopeLock(self.resources.engine, run.lock_key)
         connection = await lock.try_acquire()
         if connection is None:
+            if (await self.load(run_id)).started_at is not None:
+                return  # another delivery started it and holds its scope: that one ends it
             raise await self.busy_error(run.lock_key)
         try:
             if run.started_at is not None:
@@ -116,6 +126,19 @@ class ConsolidationRunner:
                     only_if_status="running")
             if claimed:
                 await self._execute(tx, run_id, request, composition)
+        finally:
+            await lock.release()
+
+    async def settle_started(self, run_id: uuid.UUID) -> None:
+        """A started run delivered again (its worker stalled past the queue's heartbeat):
+        cut off if that worker is gone, its scope lock free; left to it if it still holds
+        the scope."""
+        run = await self.load(run_id)
+        lock = ScopeLock(self.resources.engine, run.lock_key)
+        if await lock.try_acquire() is None:
+            return
+        try:
+            await self._fail(run_id, CUT_OFF)
         finally:
             await lock.release()
 
@@ -140,7 +163,7 @@ class ConsolidationRunner:
             raise
         except Exception as exc:
             log.exception("consolidation run %s failed", run_id)
-            await self._fail(run_id, f"{exc.__class__.__name__}: {exc}"[:1000])
+            await self._fail(run_id, _cause(exc)[:1000])
             return None
 
     async def _phases(self, tx: RunTransactions, run_id: uuid.UUID,
