@@ -24,7 +24,7 @@ def vector_text(vector: Sequence[float]) -> str:
 class Embedding(HALFVEC):
     """pgvector's HALFVEC, binding a list of EMBEDDING_DIMENSIONS floats through VECTOR_TEXT,
     and read back as a list of floats whatever pgvector's version (0.3 returned a
-    HalfVector, 0.4 on a list)."""
+    HalfVector, 0.4 and later a list)."""
 
     cache_ok = True
 
