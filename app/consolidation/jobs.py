@@ -56,7 +56,7 @@ async def _run_queued(context: JobContext, runner: ConsolidationRunner,
     if run.started_at is not None:
         # Started by an earlier delivery: neither today's settings nor a busy scope (its
         # own, while that delivery runs it) may fail it.
-        await runner.settle_started(run_id)
+        await runner.settle_started(run)
         return
     try:
         composition = compose(ConsolidationRequest.model_validate(run.request),

@@ -107,18 +107,17 @@ class ConsolidationRunner:
         run = await self.load(run_id)
         if run.status != "running":
             return  # finished or failed already: a duplicate delivery
+        if run.started_at is not None:
+            await self.settle_started(run)
+            return
         request = ConsolidationRequest.model_validate(run.request)
         lock = ScopeLock(self.resources.engine, run.lock_key)
         connection = await lock.try_acquire()
         if connection is None:
             if (await self.load(run_id)).started_at is not None:
-                return  # another delivery started it and holds its scope: that one ends it
+                return  # another delivery started it meanwhile and holds its scope
             raise await self.busy_error(run.lock_key)
         try:
-            if run.started_at is not None:
-                # Delivered again: the worker that started it is gone (its lock is free).
-                await self._fail(run_id, CUT_OFF)
-                return
             tx = RunTransactions(connection)
             async with tx.begin() as session:
                 claimed = await ConsolidationRepository(session, self.tenant_id).update_run(
@@ -129,16 +128,15 @@ class ConsolidationRunner:
         finally:
             await lock.release()
 
-    async def settle_started(self, run_id: uuid.UUID) -> None:
-        """A started run delivered again (its worker stalled past the queue's heartbeat):
-        cut off if that worker is gone, its scope lock free; left to it if it still holds
-        the scope."""
-        run = await self.load(run_id)
+    async def settle_started(self, run: ConsolidationRun) -> None:
+        """A started run delivered again (its worker died, or stalled past the queue's
+        heartbeat): cut off if that worker is gone, its scope lock free; left to it if it
+        still holds the scope."""
         lock = ScopeLock(self.resources.engine, run.lock_key)
         if await lock.try_acquire() is None:
             return
         try:
-            await self._fail(run_id, CUT_OFF)
+            await self._fail(run.id, CUT_OFF)
         finally:
             await lock.release()
 
