@@ -18,9 +18,10 @@ WORKDIR /srv/engram
 # The CPU build of torch from PyTorch's own index: PyPI's default wheel is the CUDA one.
 RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
 
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY app ./app
-RUN pip install .
+# The versions CI tested (constraints.txt), not whatever is newest on the day of the build.
+RUN pip install -c constraints.txt .
 # The local model's ONNX export, made once into the image: a container then starts
 # without importing torch (app/providers/onnx_encoder.py).
 RUN python -c "from pathlib import Path; from app.providers.sentence_encoder import load_encoder; load_encoder('onnx', threads=1, batch_size=1, cache_dir=Path('/srv/engram/models'))"

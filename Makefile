@@ -9,17 +9,19 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test lint migrate revision bench clean
+.PHONY: help install run test lint migrate revision bench constraints clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# The CPU build first: an unpinned torch would pull a multi-GB CUDA build.
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	# The tested versions of everything else (constraints.txt), so a dependency's new
+	# release cannot break a fresh clone.
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP) ## create .venv and install Engram with its dev tools
@@ -46,6 +48,11 @@ bench: $(STAMP) ## run every benchmark (prints numbers; takes tens of minutes)
 	$(BIN)/python bench/search.py
 	$(BIN)/python bench/consolidate.py
 	$(BIN)/python -m bench.retrieval_eval
+
+constraints: $(STAMP) ## rewrite constraints.txt from .venv (after upgrading a dependency there)
+	{ sed -n '/^#/p' constraints.txt; $(BIN)/python -m pip freeze --exclude-editable \
+	  | grep -v '^#' | sed 's/+cpu$$//'; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
 
 clean: ## remove the virtualenv (keeps .engram data)
 	rm -rf $(VENV)
