@@ -97,7 +97,17 @@ Tag = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_
                 AfterValidator(storable_text)]
 TagList = Annotated[list[Tag], Field(max_length=64), AfterValidator(dedupe)]
 CategoryList = Annotated[list[Category], Field(min_length=1, max_length=64)]
-Metadata = Annotated[dict[str, Any], AfterValidator(client_metadata)]
+# The limits are enforced by `client_metadata`; JSON Schema cannot state a byte size or a
+# depth, so the OpenAPI document says them in words for client authors.
+Metadata = Annotated[
+    dict[str, Any],
+    Field(description=(
+        f"Free-form JSON object: at most {METADATA_MAX_BYTES} bytes serialised as UTF-8 "
+        f"JSON, nested at most {METADATA_MAX_DEPTH} levels, finite numbers only, no NUL "
+        "characters; the keys " + " and ".join(sorted(RESERVED_METADATA_KEYS))
+        + " are reserved for consolidation output.")),
+    AfterValidator(client_metadata),
+]
 # Numbers and flags of request bodies, as JSON types: `true` is not 1, "5" is not 5, and
 # "yes" or 1 is not a boolean (pydantic's lax mode would take each of them). Bounds go
 # before the check (`Annotated[int, Field(ge=1), INTEGER_ONLY]`): put after it, pydantic

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
@@ -45,7 +44,7 @@ class IdempotencyRepository:
                     response_body=None, created_at=func.now())
         )
 
-    async def complete(self, key: str, status_code: int, body: Any) -> None:
+    async def complete(self, key: str, status_code: int, body: str) -> None:
         await self.session.execute(
             update(IdempotencyRecord)
             .where(IdempotencyRecord.tenant_id == self.tenant_id, IdempotencyRecord.key == key)

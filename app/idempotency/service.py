@@ -14,13 +14,15 @@ from app.errors import Conflict, ValidationFailed
 from app.idempotency.repository import IdempotencyRepository
 
 HEADER = "Idempotency-Key"
-_KEY_PATTERN = re.compile(r"^[\x21-\x7e]{1,255}$")
+KEY_PATTERN = r"^[\x21-\x7e]{1,255}$"
+_KEY = re.compile(KEY_PATTERN)
 
 
 @dataclass(frozen=True)
 class Outcome:
     status_code: int
-    body: Any
+    body: str
+    """The answer's JSON text, as the first request was sent it."""
     replayed: bool
 
 
@@ -31,7 +33,7 @@ def request_hash(operation: str, body: Any) -> bytes:
 
 
 def check_key(key: str) -> str:
-    if not _KEY_PATTERN.match(key):
+    if not _KEY.match(key):
         raise ValidationFailed.on(
             f"header.{HEADER}", "must be 1 to 255 visible ASCII characters"
         )
@@ -48,8 +50,9 @@ class IdempotencyService:
         key: str,
         operation: str,
         body: Any,
-        produce: Callable[[], Awaitable[tuple[int, Any]]],
+        produce: Callable[[], Awaitable[tuple[int, str]]],
     ) -> Outcome:
+        """`produce` makes the answer (status, JSON text) when the key is new."""
         digest = request_hash(operation, body)
         if not await self.repository.claim(key, operation, digest):
             record = await self.repository.get(key)
@@ -60,7 +63,7 @@ class IdempotencyService:
                         f"{HEADER} {key!r} was already used with a different request; "
                         "use a new key for a new request"
                     )
-                if record.status_code is not None:
+                if record.status_code is not None and record.response_body is not None:
                     return Outcome(record.status_code, record.response_body, replayed=True)
             if record is None:
                 await self.repository.claim(key, operation, digest)

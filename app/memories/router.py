@@ -15,7 +15,7 @@ from app.consolidation.auto import AutoConsolidation
 from app.deps import CallerDep, SessionDep, problems
 from app.errors import ValidationFailed
 from app.idempotency.repository import IdempotencyRepository
-from app.idempotency.service import HEADER, IdempotencyService, check_key
+from app.idempotency.service import HEADER, KEY_PATTERN, IdempotencyService, check_key
 from app.memories.repository import MemoryFilter, MemoryRepository
 from app.memories.schemas import (
     Memory,
@@ -32,7 +32,12 @@ router = APIRouter(prefix="/v1/memories", tags=["memories"])
 
 IdempotencyKey = Annotated[
     str | None,
-    Header(alias=HEADER, description="Makes a retry return the first answer (kept 24 h)."),
+    # Checked by check_key, for a plainer message than the pattern's; declared here so
+    # the OpenAPI document states the bounds.
+    Header(alias=HEADER, json_schema_extra={"minLength": 1, "maxLength": 255,
+                                            "pattern": KEY_PATTERN},
+           description="Makes a retry with the same body return the first answer "
+                       "(1 to 255 visible ASCII characters; kept at least 24 h)."),
 ]
 LIST_PARAMS = frozenset({"user_id", "agent_id", "session_id", "namespace", "tags", "categories",
                          "fact_role", "include_archived", "limit", "cursor"})
@@ -57,9 +62,16 @@ async def _create(
     idempotency = IdempotencyService(IdempotencyRepository(session, caller.tenant_id), ttl)
     # Only a keyed request needs the canonical body (to hash); a batch of 1000 is not free.
     canonical = body.model_dump(mode="json", exclude_unset=True)
-    outcome = await idempotency.run(check_key(key), operation, canonical, produce)
+
+    async def rendered() -> tuple[int, str]:
+        # Kept as sent, so a retry's body is byte for byte the first one's.
+        status, payload = await produce()
+        return status, bytes(JSONResponse(payload).body).decode()
+
+    outcome = await idempotency.run(check_key(key), operation, canonical, rendered)
     headers = {"Idempotent-Replayed": "true"} if outcome.replayed else None
-    return JSONResponse(outcome.body, status_code=outcome.status_code, headers=headers)
+    return Response(outcome.body, status_code=outcome.status_code, headers=headers,
+                    media_type="application/json")
 
 
 @router.post("", operation_id="createMemory", summary="Store one memory", status_code=201,

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
 
-from sqlalchemy import DateTime, ForeignKey, Index, Integer, LargeBinary, String, func
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy import DateTime, ForeignKey, Index, Integer, LargeBinary, String, Text, func
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.models.base import Base
@@ -25,7 +23,9 @@ class IdempotencyRecord(Base):
     operation: Mapped[str] = mapped_column(String(64))
     request_hash: Mapped[bytes] = mapped_column(LargeBinary(32))
     status_code: Mapped[int | None] = mapped_column(Integer)
-    response_body: Mapped[Any | None] = mapped_column(JSONB)
+    # The first answer's JSON text as sent, so a retry gets the same bytes (jsonb would
+    # reorder its keys; migration 0014).
+    response_body: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now()
     )

@@ -16,6 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
+from app.validation import METADATA_MAX_BYTES, METADATA_MAX_DEPTH, RESERVED_METADATA_KEYS
+
 PROBLEM_JSON = "application/problem+json"
 
 
@@ -300,6 +302,72 @@ async def test_problem_has_the_rfc_9457_fields_and_field_errors(
     [array] = [v for v in variants if v.get("type") == "array"]
     field_error = schema_named(document, ref_name(array["items"]))
     assert set(field_error["properties"]) >= {"field", "message"}
+
+
+BOUNDS = frozenset({"maxLength", "pattern", "maxItems"})
+
+
+def unbounded(schema: dict[str, Any], where: str, doc: dict[str, Any],
+              seen: set[str]) -> list[str]:
+    """Every place under `schema` where a client may send a string, list or object with
+    no stated maximum (a string's maxLength, enum or pattern; a list's maxItems; a free
+    object's description saying "at most")."""
+    if "$ref" in schema:
+        name = ref_name(schema)
+        if name in seen:
+            return []
+        seen.add(name)
+        return unbounded(schema_named(doc, name), name, doc, seen)
+    found: list[str] = []
+    # A bound beside anyOf applies to each variant, as JSON Schema reads it.
+    beside = {k: v for k, v in schema.items() if k in BOUNDS}
+    for variant in schema.get("anyOf", []) + schema.get("oneOf", []) + schema.get("allOf", []):
+        found += unbounded({**beside, **variant}, where, doc, seen)
+    kind = schema.get("type")
+    if kind == "string" and not {"maxLength", "enum", "const", "pattern", "format"} & set(schema):
+        found.append(f"{where}: string")
+    if kind == "array":
+        if "maxItems" not in schema:
+            found.append(f"{where}: list")
+        found += unbounded(schema.get("items", {}), f"{where}[]", doc, seen)
+    if kind == "object":
+        for prop, sub in schema.get("properties", {}).items():
+            found += unbounded(sub, f"{where}.{prop}", doc, seen)
+        if "properties" not in schema and "at most" not in schema.get("description", ""):
+            found.append(f"{where}: object")
+    return found
+
+
+async def test_every_string_list_and_object_a_client_sends_has_a_documented_maximum(
+    document: dict[str, Any],
+) -> None:
+    # The contract: "every string, list and object has a documented maximum".
+    found: list[str] = []
+    seen: set[str] = set()
+    for name, (method, path, op) in operations(document).items():
+        for param in op.get("parameters", []):
+            found += unbounded(param["schema"], f"{name} {param['name']}", document, seen)
+        for media in op.get("requestBody", {}).get("content", {}).values():
+            found += unbounded(media["schema"], f"{method} {path}", document, seen)
+
+    assert seen >= {"MemoryCreate", "SearchRequest", "ConsolidationRequest"}
+    assert found == []
+
+
+async def test_metadata_states_the_limits_the_service_enforces(
+    document: dict[str, Any],
+) -> None:
+    # JSON Schema has no keyword for a byte size or a depth: a client author learns them
+    # from the description, which must carry the enforced values.
+    for name in ("MemoryCreate", "MemoryUpdate"):
+        metadata = schema_named(document, name)["properties"]["metadata"]
+        variants = metadata.get("anyOf", [metadata])
+        [obj] = [v for v in variants if v.get("type") == "object"]
+        description = obj["description"]
+        assert f"{METADATA_MAX_BYTES} bytes" in description, name
+        assert f"{METADATA_MAX_DEPTH} levels" in description, name
+        for key in RESERVED_METADATA_KEYS:
+            assert key in description, name
 
 
 async def test_list_memories_pages_with_cursor_and_limit(document: dict[str, Any]) -> None:

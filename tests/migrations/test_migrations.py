@@ -3,6 +3,7 @@ upgrade again, and autogenerate finds no difference between the models and the s
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator
 from datetime import date, datetime, timedelta, timezone
@@ -272,3 +273,29 @@ async def test_users_are_counted_from_existing_memories_and_forgotten_on_downgra
         await conn.execute(insert, {"t": DEFAULT_TENANT_ID, "id": uuid.uuid4(), "u": "u2",
                                     "v": vector, "a": False})
     assert await users() == {}
+
+
+async def test_stored_answers_become_text_and_back_to_jsonb_on_downgrade(
+    fresh_engine: AsyncEngine,
+) -> None:
+    """Migration 0014 keeps an answer stored as jsonb as the same JSON value in text, and
+    its downgrade turns the text back into jsonb."""
+    await upgrade_to_head(fresh_engine, "0013")
+    answer = {"id": "x", "metadata": {"zeta": 1, "a": [1.5, None, "é"]}, "tags": []}
+    async with fresh_engine.begin() as conn:
+        await conn.execute(text(
+            "INSERT INTO idempotency_keys (tenant_id, key, operation, request_hash, "
+            "status_code, response_body) VALUES (:t, 'k', 'createMemory', '\\x00', 201, "
+            "CAST(:b AS jsonb))"), {"t": DEFAULT_TENANT_ID, "b": json.dumps(answer)})
+
+    async def stored() -> tuple[str, Any]:
+        async with fresh_engine.connect() as conn:
+            row = (await conn.execute(text(
+                "SELECT pg_typeof(response_body)::text AS type, response_body::text AS body"
+                " FROM idempotency_keys WHERE key = 'k'"))).one()
+            return row.type, json.loads(row.body)
+
+    await upgrade_to_head(fresh_engine)
+    assert await stored() == ("text", answer)
+    await downgrade(fresh_engine, "0013")
+    assert await stored() == ("jsonb", answer)

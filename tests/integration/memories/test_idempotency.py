@@ -131,6 +131,27 @@ async def test_batch_retry_with_same_key_returns_identical_items_and_writes_once
     assert await count_rows(resources, tenant.tenant_id) == 7
 
 
+async def test_a_replay_is_the_first_answer_byte_for_byte(
+    resources: Resources, client: httpx.AsyncClient, tenant: TenantKey
+) -> None:
+    # Keys that jsonb would store in another order (it sorts shorter keys first), and
+    # text that JSON could escape or not.
+    metadata = {"zeta_longest": 1, "mid": {"yy": [0.1, "é ✓"], "b": None}, "a": True}
+    single = {"content": "Dana's flight is at 9:40.", "metadata": metadata}
+    batch = {"items": [single, {"content": "second", "tags": ["t"], "metadata": metadata}]}
+    for path, payload in (("/v1/memories", single), ("/v1/memories/batch", batch)):
+        headers = {"Idempotency-Key": new_key()}
+        first = await client.post(path, json=payload, headers=headers)
+        retry = await client.post(path, json=payload, headers=headers)
+
+        assert first.status_code == retry.status_code == 201, path
+        assert retry.headers[REPLAYED] == "true", path
+        assert retry.content == first.content, path
+        assert retry.headers["content-type"] == first.headers["content-type"], path
+        assert list(retry.json()) == list(first.json()), path
+    assert await count_rows(resources, tenant.tenant_id) == 3
+
+
 async def test_concurrent_duplicates_all_get_the_first_answer_and_one_row_is_written(
     resources: Resources, tenant: TenantKey
 ) -> None:
