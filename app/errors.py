@@ -182,6 +182,12 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400 and isinstance(exc.__cause__, UnicodeDecodeError):
+            # FastAPI answers a JSON body that is not UTF-8 with a bare 400, unlike every
+            # other unreadable body (422 naming `body`).
+            errors = [FieldError(field="body", message="is not valid UTF-8 (JSON must be UTF-8)")]
+            return problem_response(422, "validation_error", "Validation error",
+                                    f"body: {errors[0].message}", errors)
         code, title = _STATUS_TITLES.get(exc.status_code, ("http_error", "HTTP error"))
         detail = exc.detail if isinstance(exc.detail, str) else title
         headers = dict(exc.headers or {})

@@ -64,6 +64,22 @@ def zone_aware(value: datetime) -> datetime:
         raise ValueError("is outside the representable range once converted to UTC") from None
 
 
+_NUMERIC = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)\s*")
+
+
+def _rfc3339_only(value: Any) -> Any:
+    # pydantic reads a number, or a string of digits, as seconds since 1970: a client that
+    # sent `"expires_at": 3600` meaning "in an hour" would store a memory that expired in
+    # 1970 and vanishes at once. The API's date-times are RFC 3339 strings only.
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str) or _NUMERIC.fullmatch(value):
+        raise PydanticCustomError(
+            "datetime_type",
+            "Input should be an RFC 3339 date-time string (e.g. 2026-01-31T12:00:00Z)")
+    return value
+
+
 def _json_integer(value: Any) -> Any:
     # bool is an int to Python, and lax mode reads "5" as 5: a body that sent a flag or
     # a string where a count belongs is a client's mistake, not a number. An integral
@@ -104,8 +120,9 @@ Metadata = Annotated[
     Field(description=(
         f"Free-form JSON object: at most {METADATA_MAX_BYTES} bytes serialised as UTF-8 "
         f"JSON, nested at most {METADATA_MAX_DEPTH} levels, finite numbers only, no NUL "
-        "characters; the keys " + " and ".join(sorted(RESERVED_METADATA_KEYS))
-        + " are reserved for consolidation output.")),
+        "characters or unpaired surrogates in keys or strings; the keys "
+        + " and ".join(sorted(RESERVED_METADATA_KEYS)) + " are reserved for consolidation "
+        "output.")),
     AfterValidator(client_metadata),
 ]
 # Numbers and flags of request bodies, as JSON types: `true` is not 1, "5" is not 5, and
@@ -116,6 +133,6 @@ INTEGER_ONLY = BeforeValidator(_json_integer)
 NUMBER_ONLY = BeforeValidator(_json_number)
 JsonBool = Annotated[bool, Strict()]
 Importance = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False), NUMBER_ONLY]
-AwareDatetime = Annotated[datetime, AfterValidator(zone_aware)]
+AwareDatetime = Annotated[datetime, BeforeValidator(_rfc3339_only), AfterValidator(zone_aware)]
 Source = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=64),
                    AfterValidator(storable_text)]

@@ -54,10 +54,25 @@ class MemoryBatchCreate(BaseModel):
     items: list[MemoryCreate] = Field(min_length=1, max_length=BATCH_MAX)
 
 
+NOT_NULLABLE_ON_UPDATE = ("content", "category", "tags", "importance", "metadata")
+
+
+def _update_schema(schema: dict[str, Any]) -> None:
+    """What a PATCH takes, as its validators enforce it: at least one field, and null only
+    for `expires_at` (the others are optional, so pydantic would declare them nullable and
+    a generated client would send null for "unchanged")."""
+    schema["minProperties"] = 1
+    for name in NOT_NULLABLE_ON_UPDATE:
+        prop = schema["properties"][name]
+        variants = [v for v in prop.pop("anyOf") if v.get("type") != "null"]
+        (only,) = variants
+        prop.update(only)
+
+
 class MemoryUpdate(BaseModel):
     """Fields to change; absent fields stay. `expires_at: null` clears the expiry."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_update_schema)
 
     content: Content | None = None
     category: Category | None = None
@@ -66,7 +81,7 @@ class MemoryUpdate(BaseModel):
     metadata: Metadata | None = None
     expires_at: AwareDatetime | None = None
 
-    @field_validator("content", "category", "tags", "importance", "metadata", mode="before")
+    @field_validator(*NOT_NULLABLE_ON_UPDATE, mode="before")
     @classmethod
     def _required_not_null(cls, value: Any) -> Any:
         if value is None:

@@ -370,6 +370,21 @@ async def test_metadata_states_the_limits_the_service_enforces(
             assert key in description, name
 
 
+async def test_memory_update_declares_what_a_patch_may_send(document: dict[str, Any]) -> None:
+    # A PATCH names at least one field; only expires_at may be null (it clears the
+    # expiry); the others are 422 when null, so a generated client must not offer null.
+    update = schema_named(document, "MemoryUpdate")
+    props = update["properties"]
+
+    assert update["minProperties"] == 1
+    assert not update.get("required")
+    assert accepts_null(props["expires_at"])
+    for name in ("content", "category", "tags", "importance", "metadata"):
+        assert not accepts_null(props[name]), name
+    assert props["content"]["maxLength"] == 32768
+    assert props["tags"]["maxItems"] == 64
+
+
 async def test_list_memories_pages_with_cursor_and_limit(document: dict[str, Any]) -> None:
     _, _, op = operations(document)["listMemories"]
     params = {p["name"]: p for p in op["parameters"] if p["in"] == "query"}

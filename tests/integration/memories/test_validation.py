@@ -101,6 +101,14 @@ BAD_CREATE_BODIES = [
                  id="naive-created_at"),
     pytest.param({"content": "x", "expires_at": "2030-01-01T12:00:00"}, "expires_at",
                  id="naive-expires_at"),
+    # Seconds are not a date-time: pydantic alone would read 3600 as 1970-01-01T01:00Z.
+    pytest.param({"content": "x", "expires_at": 3600}, "expires_at", id="number-expires_at"),
+    pytest.param({"content": "x", "expires_at": "1893456000"}, "expires_at",
+                 id="digits-expires_at"),
+    pytest.param({"content": "x", "created_at": 0}, "created_at", id="number-created_at"),
+    pytest.param({"content": "x", "created_at": 1.7e9}, "created_at",
+                 id="float-created_at"),
+    pytest.param({"content": "x", "created_at": True}, "created_at", id="bool-created_at"),
     pytest.param({"content": "x", "tags": [f"t{i}" for i in range(65)]}, "tags",
                  id="65-tags"),
     pytest.param({"content": "x", "tags": ["ok", "t" * 101]}, "tags.1", id="tag-too-long"),
@@ -324,6 +332,7 @@ async def test_patch_with_unknown_or_unchangeable_field_is_422_and_changes_nothi
         pytest.param({"importance": -1}, "importance", id="importance"),
         pytest.param({"metadata": {"summary_of": []}}, "metadata", id="reserved-metadata"),
         pytest.param({"expires_at": "2030-01-01T00:00:00"}, "expires_at", id="naive-expires_at"),
+        pytest.param({"expires_at": 86400}, "expires_at", id="number-expires_at"),
         pytest.param({"tags": ["t"] * 65}, "tags", id="65-tags"),
     ],
 )
@@ -432,6 +441,30 @@ async def test_malformed_json_body_is_422_problem_naming_body(
     resp = await client.post("/v1/memories", **raw_json(text))
     assert_validation_problem(resp, "body")
     await assert_nothing_written(client)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        pytest.param("POST", "/v1/memories", b'{"content": "caf\xe9"}', id="create-latin-1"),
+        pytest.param("POST", "/v1/memories/batch", b'{"items": [{"content": "\xff"}]}',
+                     id="batch"),
+        pytest.param("PATCH", "/v1/memories/{id}", b'{"content": "\xc3\x28"}', id="patch"),
+        pytest.param("POST", "/v1/search", b'{"query": "caf\xe9"}', id="search"),
+        pytest.param("POST", "/v1/consolidations", b'{"user_id": "\xe9"}', id="consolidation"),
+    ],
+)
+async def test_a_body_that_is_not_utf8_is_422_naming_body_and_changes_nothing(
+    client: httpx.AsyncClient, method: str, path: str, body: bytes
+) -> None:
+    created = await create(client)
+    resp = await client.request(method, path.format(id=created["id"]), content=body,
+                                headers={"content-type": "application/json"})
+    problem = assert_validation_problem(resp, "body")
+    assert "UTF-8" in problem["detail"]
+    assert (await client.get(f"/v1/memories/{created['id']}")).json() == created
+    listed = (await client.get("/v1/memories")).json()["items"]
+    assert [m["id"] for m in listed] == [created["id"]]
 
 
 @pytest.mark.parametrize(
