@@ -46,6 +46,7 @@ bench: $(STAMP) ## run every benchmark (prints numbers; takes tens of minutes)
 	$(BIN)/python bench/embed.py
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/search.py
+	$(BIN)/python bench/reads.py
 	$(BIN)/python bench/consolidate.py
 	$(BIN)/python -m bench.retrieval_eval
 

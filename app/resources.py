@@ -16,7 +16,7 @@ from app.providers.embedder import Embedder, build_embedder
 from app.providers.llm import LLMClient, build_llm_client
 from app.search.config import build_limits, build_pipeline
 from app.search.pipeline import SearchPipeline
-from app.search.reader import SearchReader
+from app.search.reader import SearchReader, memory_read_settings
 from app.search.repository import RetrievalLimits
 from app.settings import Settings
 
@@ -36,6 +36,8 @@ class Resources:
     llm: LLMClient | None = None
     # Opened by build_resources, else on the first search (see search_reader()).
     reader: SearchReader | None = None
+    # The memory endpoints' reads (get, list): the same kind of pool, custom plans.
+    reads: SearchReader | None = None
     _reader_lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
 
     @cached_property
@@ -53,6 +55,14 @@ class Resources:
                     self.reader = await SearchReader.open(self.engine, self.settings)
         return self.reader
 
+    async def memory_reader(self) -> SearchReader:
+        if self.reads is None:
+            async with self._reader_lock:
+                if self.reads is None:
+                    self.reads = await SearchReader.open(
+                        self.engine, self.settings, memory_read_settings(self.settings))
+        return self.reads
+
     async def close(self) -> None:
         for task in self.background:
             task.cancel()
@@ -61,8 +71,9 @@ class Resources:
         close_llm = getattr(self.llm, "aclose", None)
         if close_llm is not None:
             await close_llm()
-        if self.reader is not None:
-            await self.reader.close()
+        for pool in (self.reader, self.reads):
+            if pool is not None:
+                await pool.close()
         await self.engine.dispose()
         if self.embedded is not None:
             await asyncio.to_thread(self.embedded.stop)
@@ -100,6 +111,7 @@ async def build_resources(settings: Settings, *, migrate: bool = True) -> Resour
                           label, llm=build_llm_client(settings))
     try:
         await resources.search_reader()
+        await resources.memory_reader()
     except BaseException:
         await resources.close()
         raise

@@ -32,7 +32,8 @@ class Settings(BaseSettings):
 
     # Database pool. Two cores serve HTTP, the model and PostgreSQL, so a small
     # pool is enough; more connections only queue inside PostgreSQL. The search's own
-    # asyncpg pool (app/search/reader.py) holds up to db_pool_size more.
+    # asyncpg pool and the memory reads' (app/search/reader.py) hold up to db_pool_size
+    # more each.
     db_pool_size: int = Field(default=10, ge=1, le=200)
     db_max_overflow: int = Field(default=10, ge=0, le=200)
     # Embedded PostgreSQL sizing; None means "derive from this machine's memory".

@@ -16,7 +16,7 @@ from app.deps import CallerDep, SessionDep, problems
 from app.errors import ValidationFailed
 from app.idempotency.repository import IdempotencyRepository
 from app.idempotency.service import HEADER, KEY_PATTERN, IdempotencyService, check_key
-from app.memories.repository import MemoryFilter, MemoryRepository
+from app.memories.repository import MemoryFilter, MemoryReader, MemoryRepository
 from app.memories.schemas import (
     Memory,
     MemoryBatch,
@@ -25,7 +25,7 @@ from app.memories.schemas import (
     MemoryPage,
     MemoryUpdate,
 )
-from app.memories.service import MemoryService
+from app.memories.service import MemoryReads, MemoryService
 from app.validation import Category, ScopeId, Tag
 
 router = APIRouter(prefix="/v1/memories", tags=["memories"])
@@ -107,18 +107,22 @@ async def create_memories(
                          produce)
 
 
+async def _reads(request: Request, caller: CallerDep) -> MemoryReads:
+    # No request session: a read is one statement on the reads' own pool.
+    reader = await request.app.state.resources.memory_reader()
+    return MemoryReads(MemoryReader(reader, caller.tenant_id))
+
+
 @router.get("/{memory_id}", operation_id="getMemory", summary="Read one memory",
             response_model=Memory, responses=problems(404))
-async def get_memory(memory_id: uuid.UUID, request: Request, session: SessionDep,
-                     caller: CallerDep) -> Memory:
-    return await _service(request, session, caller).get(memory_id)
+async def get_memory(memory_id: uuid.UUID, request: Request, caller: CallerDep) -> Memory:
+    return await (await _reads(request, caller)).get(memory_id)
 
 
 @router.get("", operation_id="listMemories", summary="List memories, newest first",
             response_model=MemoryPage, responses=problems())
 async def list_memories(
     request: Request,
-    session: SessionDep,
     caller: CallerDep,
     user_id: Annotated[ScopeId | None, Query()] = None,
     agent_id: Annotated[ScopeId | None, Query()] = None,
@@ -138,7 +142,7 @@ async def list_memories(
     filters = MemoryFilter(user_id=user_id, agent_id=agent_id, session_id=session_id,
                            namespace=namespace, tags=tags, categories=categories,
                            fact_role=fact_role, include_archived=include_archived)
-    return await _service(request, session, caller).list(filters, limit=limit, cursor=cursor)
+    return await (await _reads(request, caller)).list(filters, limit=limit, cursor=cursor)
 
 
 @router.patch("/{memory_id}", operation_id="updateMemory", summary="Change a memory",

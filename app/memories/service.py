@@ -10,7 +10,7 @@ from typing import Any
 from app.errors import NotFound, ValidationFailed
 from app.ids import uuid7
 from app.memories.cursor import decode_cursor, encode_cursor
-from app.memories.repository import MemoryFilter, MemoryRepository
+from app.memories.repository import MemoryFilter, MemoryReader, MemoryRepository
 from app.memories.schemas import Memory, MemoryCreate, MemoryPage, MemoryUpdate
 from app.providers.embedder import Embedder
 
@@ -64,20 +64,6 @@ class MemoryService:
             await self.after_write(rows)
         return [_memory_from_row(row) for row in rows]
 
-    async def get(self, memory_id: uuid.UUID) -> Memory:
-        row = await self.repository.get(memory_id)
-        if row is None:
-            raise NotFound(f"memory {memory_id} does not exist")
-        return Memory.model_validate(row)
-
-    async def list(self, filters: MemoryFilter, *, limit: int, cursor: str | None) -> MemoryPage:
-        after = decode_cursor(cursor) if cursor else None
-        rows = await self.repository.page(filters, limit=limit + 1, after=after)
-        more = len(rows) > limit
-        rows = rows[:limit]
-        next_cursor = encode_cursor(rows[-1].created_at, rows[-1].id) if more else None
-        return MemoryPage(items=[Memory.model_validate(r) for r in rows], next_cursor=next_cursor)
-
     async def update(self, memory_id: uuid.UUID, change: MemoryUpdate) -> Memory:
         values = change.model_dump(exclude_unset=True)
         if not values:
@@ -95,3 +81,24 @@ class MemoryService:
     async def delete(self, memory_id: uuid.UUID) -> None:
         if not await self.repository.delete(memory_id):
             raise NotFound(f"memory {memory_id} does not exist")
+
+
+class MemoryReads:
+    """Reading memories: one by id, or a page of a filtered listing."""
+
+    def __init__(self, reader: MemoryReader) -> None:
+        self.reader = reader
+
+    async def get(self, memory_id: uuid.UUID) -> Memory:
+        row = await self.reader.get(memory_id)
+        if row is None:
+            raise NotFound(f"memory {memory_id} does not exist")
+        return Memory.model_validate(row)
+
+    async def list(self, filters: MemoryFilter, *, limit: int, cursor: str | None) -> MemoryPage:
+        after = decode_cursor(cursor) if cursor else None
+        rows = await self.reader.page(filters, limit=limit + 1, after=after)
+        more = len(rows) > limit
+        rows = rows[:limit]
+        next_cursor = encode_cursor(rows[-1]["created_at"], rows[-1]["id"]) if more else None
+        return MemoryPage(items=[Memory.model_validate(r) for r in rows], next_cursor=next_cursor)

@@ -35,7 +35,6 @@ whatever the scope's size (see `_where`). They run on the search's own asyncpg p
 from __future__ import annotations
 
 import functools
-import json
 import re
 import uuid
 from collections.abc import Sequence
@@ -44,6 +43,7 @@ from datetime import date, datetime
 from typing import Any, NamedTuple
 
 from app.db import Fetcher
+from app.memories.repository import ANSWER_KEYS, answer_record
 from app.memories.schemas import Memory
 from app.models import SCOPE_COLUMNS
 from app.models.vector import vector_text
@@ -123,10 +123,7 @@ class RetrievedRow(NamedTuple):
     covered_days: tuple[date, ...] = ()
 
     def memory(self) -> Memory:
-        record = dict(zip(MEMORY_KEYS, self.columns, strict=True))
-        if isinstance(record["metadata"], str):
-            record["metadata"] = json.loads(record["metadata"])
-        return Memory.model_validate(record)
+        return Memory.model_validate(answer_record(self.columns))
 
 
 # The query's lexemes, the tenant's statistics for them, and the rare terms a large scope
@@ -344,12 +341,7 @@ _SMALL_FROM_STATS = """small AS MATERIALIZED (
     FROM term_stats WHERE tenant_id = :tenant_id AND lexeme = ''
 )"""
 
-_MEMORY_COLUMNS = (
-    "id, content, user_id, agent_id, session_id, namespace, category, tags, importance, "
-    "metadata, source, fact_role, summary_of, created_at, updated_at, expires_at, "
-    "archived_at, consolidation_id"
-)
-MEMORY_KEYS = tuple(c.strip() for c in _MEMORY_COLUMNS.split(","))
+MEMORY_KEYS = ANSWER_KEYS
 # The answer's columns, then what only the pipeline reads: a summary's covered days.
 _COLUMNS = ", ".join(f"m.{c}" for c in (*MEMORY_KEYS, "covered_days"))
 _ID, _IMPORTANCE, _CREATED_AT, _FACT_ROLE = (
