@@ -151,7 +151,7 @@ class MemoryReader:
     (a `Fetcher`; app/search/reader.py, `memory_read_settings`), outside any transaction,
     as the search's. Through a request session a read of one memory paid the pool's
     pre-ping, BEGIN and COMMIT around its statement, and a listing the ORM's handling of
-    every row (bench/reads.py: 4.7-5.1 -> 0.8-0.9 ms by id, 79-82 -> 13 ms for 500).
+    every row (bench/reads.py: 2.4-4.4 -> 0.7-1.1 ms by id, 79-85 -> 14-19 ms for 500).
     Confined to the tenant; expired rows are never read."""
 
     def __init__(self, db: Fetcher, tenant_id: uuid.UUID) -> None:
