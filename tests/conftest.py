@@ -57,8 +57,10 @@ async def resources(settings: Settings, database_url: str) -> AsyncIterator[Reso
     engine = create_engine(database_url, settings)
     await upgrade_to_head(engine)
     res = Resources(settings, engine, create_sessionmaker(engine), HashEmbedder(384))
-    # Opened here so that copies made with dataclasses.replace share it.
+    # Opened here so that copies made with dataclasses.replace share them (a copy is not
+    # closed: a pool it opened itself would outlive the test).
     await res.search_reader()
+    await res.memory_reader()
     yield res
     await res.close()
 
