@@ -12,7 +12,6 @@ from typing import Any, cast
 
 from sqlalchemy import (
     Result,
-    Select,
     Table,
     and_,
     delete,
@@ -26,7 +25,7 @@ from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from app.db import Fetcher
-from app.models import Memory
+from app.models import SCOPE_COLUMNS, Memory
 from app.models.vector import vector_text
 
 _TABLE = cast(Table, Memory.__table__)
@@ -96,9 +95,6 @@ class MemoryRepository:
         self.session = session
         self.tenant_id = tenant_id
 
-    def _answers(self) -> Select[Any]:
-        return select(*ANSWER).where(Memory.tenant_id == self.tenant_id)
-
     async def insert_many(self, rows: Sequence[dict[str, Any]]) -> None:
         # One multi-row statement: the statement triggers (the term statistics of migration
         # 0004) then fire once for the batch. Executed with a list of rows and RETURNING,
@@ -142,8 +138,8 @@ class MemoryRepository:
         return (await self.session.execute(stmt)).first() is not None
 
 
-_LIVE_SQL = "(m.expires_at IS NULL OR m.expires_at > now())"
-_SCOPE_COLUMNS = ("user_id", "agent_id", "session_id", "namespace")
+LIVE_SQL = "(m.expires_at IS NULL OR m.expires_at > now())"
+"""`live()` for the statements written as text over `memories m`."""
 
 
 class MemoryReader:
@@ -162,7 +158,7 @@ class MemoryReader:
         """The memory's answer fields, or None when absent or expired."""
         rows = await self.db.fetch(
             f"SELECT {ANSWER_SQL} FROM memories m "
-            f"WHERE m.tenant_id = $1 AND m.id = $2 AND {_LIVE_SQL}",
+            f"WHERE m.tenant_id = $1 AND m.id = $2 AND {LIVE_SQL}",
             self.tenant_id, memory_id)
         return answer_record(rows[0]) if rows else None
 
@@ -181,8 +177,8 @@ class MemoryReader:
             args.append(value)
             return f"${len(args)}"
 
-        where = ["m.tenant_id = $1", _LIVE_SQL]
-        for column in _SCOPE_COLUMNS:
+        where = ["m.tenant_id = $1", LIVE_SQL]
+        for column in SCOPE_COLUMNS:
             value = getattr(filters, column)
             if value is not None:
                 where.append(f"m.{column} = {arg(value)}")

@@ -43,7 +43,7 @@ from datetime import date, datetime
 from typing import Any, NamedTuple
 
 from app.db import Fetcher
-from app.memories.repository import ANSWER_KEYS, answer_record
+from app.memories.repository import ANSWER_KEYS, ANSWER_SQL, LIVE_SQL, answer_record
 from app.memories.schemas import Memory
 from app.models import SCOPE_COLUMNS
 from app.models.vector import vector_text
@@ -106,7 +106,7 @@ class TextMatches:
 
 class RetrievedRow(NamedTuple):
     """A candidate row: the memory's columns as the vector statement returned them (in
-    `MEMORY_KEYS` order) and its places in the two lists. A named tuple, and the Memory
+    `ANSWER_KEYS` order) and its places in the two lists. A named tuple, and the Memory
     model built on demand (`memory()`), metadata still JSON text until then: building
     and validating all ~120 candidates took ~3 ms of a search, and only the `top_k` that
     survive the pipeline are answered."""
@@ -341,11 +341,10 @@ _SMALL_FROM_STATS = """small AS MATERIALIZED (
     FROM term_stats WHERE tenant_id = :tenant_id AND lexeme = ''
 )"""
 
-MEMORY_KEYS = ANSWER_KEYS
 # The answer's columns, then what only the pipeline reads: a summary's covered days.
-_COLUMNS = ", ".join(f"m.{c}" for c in (*MEMORY_KEYS, "covered_days"))
+_COLUMNS = f"{ANSWER_SQL}, m.covered_days"
 _ID, _IMPORTANCE, _CREATED_AT, _FACT_ROLE = (
-    MEMORY_KEYS.index(k) for k in ("id", "importance", "created_at", "fact_role")
+    ANSWER_KEYS.index(k) for k in ("id", "importance", "created_at", "fact_role")
 )
 
 
@@ -404,7 +403,7 @@ class SearchRepository:
             f"coalesce({tenant}, false)" if by_tags else pred(tenant),
             # Literal in both forms: the partial HNSW index requires it.
             "m.archived_at IS NULL",
-            "(m.expires_at IS NULL OR m.expires_at > now())",
+            LIVE_SQL,
         ]
         for column in SCOPE_COLUMNS:
             value = getattr(filters, column)
@@ -626,7 +625,7 @@ class SearchRepository:
         }
         result = await self._fetch(_VECTOR_SQL, filters, params, sizes)
         # By position, as in _VECTOR_SQL: the memory's columns, its covered days, the ranks.
-        n = len(MEMORY_KEYS)
+        n = len(ANSWER_KEYS)
         if not exact and sum(row[n + 1] is not None for row in result) < sizes["kv"]:
             # A filtered HNSW scan gives up after hnsw.max_scan_tuples, so a scope that is
             # a sliver of the index can come back short. The exact ranking always fills;

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from app.errors import ProviderError
+from app.memories.repository import ANSWER_KEYS
 from app.search.pipeline import PipelineConfig, SearchPipeline
 from app.search.repository import (
-    MEMORY_KEYS,
     RetrievalLimits,
     RetrievedRow,
     SearchFilter,
@@ -37,7 +37,7 @@ def row(n: int, *, vector_rank: int | None, text_rank: int | None) -> RetrievedR
     }
     return RetrievedRow(
         memory_id=memory_id, importance=0.5, created_at=NOW, fact_role="fact",
-        columns=tuple(record[key] for key in MEMORY_KEYS),
+        columns=tuple(record[key] for key in ANSWER_KEYS),
         vector_rank=vector_rank, vector_similarity=None if vector_rank is None else 0.9,
         text_rank=text_rank, text_score=None if text_rank is None else 2.0,
     )
