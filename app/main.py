@@ -17,6 +17,7 @@ from app.resources import Resources, build_resources
 from app.search.router import router as search_router
 from app.service.metrics import MetricsMiddleware
 from app.service.router import router as service_router
+from app.sessions.router import router as sessions_router
 from app.settings import Settings
 from app.worker.lifecycle import start_background_work
 
@@ -69,6 +70,7 @@ def create_app(settings: Settings | None = None, resources: Resources | None = N
     app.include_router(memories_router)
     app.include_router(search_router)
     app.include_router(consolidation_router)
+    app.include_router(sessions_router)
     app.add_middleware(MetricsMiddleware)
     _declare_problem_schema(app)
     return app

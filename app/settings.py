@@ -130,6 +130,27 @@ class Settings(BaseSettings):
     # Every N memories written in a scope enqueue a synthesize-only run; 0 = off.
     auto_consolidate_every: int = Field(default=0, ge=0, le=1_000_000)
 
+    # Sessions (app/sessions): the context strategy a new session runs, the context's
+    # budget in estimated tokens (4 characters each), and the rolling summary's folds:
+    # when a session's unsummarised turns reach session_fold_threshold, the oldest are
+    # folded into its summary and the newest session_recent_turns stay as they are.
+    session_strategy: Literal["none", "truncation", "rolling_summary"] = "rolling_summary"
+    session_budget_tokens: int = Field(default=2000, ge=1, le=1_000_000)
+    session_fold_threshold: int = Field(default=20, ge=2, le=10_000)
+    session_recent_turns: int = Field(default=10, ge=0, le=10_000)
+    # Folds waiting while the summariser is down; past this the oldest is dropped (its
+    # turns leave the context unsummarised, recorded as an event).
+    session_backlog_max: int = Field(default=10, ge=1, le=10_000)
+    session_summary_max_chars: int = Field(default=4000, ge=100, le=32768)
+    # auto: the LLM when one is configured (ENGRAM_LLM_BASE_URL), else extractive.
+    session_summariser: Literal["auto", "extractive", "llm"] = "auto"
+    # The summariser's health: consecutive failures that make it degraded, consecutive
+    # successes that make it healthy again, and how often a degraded one is tried.
+    session_degrade_after: int = Field(default=3, ge=1, le=100)
+    session_recover_after: int = Field(default=2, ge=1, le=100)
+    session_retry_seconds: float = Field(default=2.0, gt=0, le=3600)
+    session_probe_seconds: float = Field(default=30.0, gt=0, le=86400)
+
     # The background job worker (pgqueuer) inside the service process.
     worker_enabled: bool = True
     worker_concurrency: int = Field(default=4, ge=2, le=64)
@@ -168,6 +189,16 @@ class Settings(BaseSettings):
                 "ENGRAM_OPENAI_API_KEY is required when ENGRAM_EMBEDDER=openai "
                 "points at api.openai.com"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _check_sessions(self) -> Settings:
+        if self.session_recent_turns >= self.session_fold_threshold:
+            raise ValueError(
+                "ENGRAM_SESSION_RECENT_TURNS must be less than ENGRAM_SESSION_FOLD_THRESHOLD "
+                "(a fold takes the turns between the two)")
+        if self.session_summariser == "llm" and self.llm_base_url is None:
+            raise ValueError("ENGRAM_SESSION_SUMMARISER=llm needs ENGRAM_LLM_BASE_URL")
         return self
 
     @property

@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
-from datetime import timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel
 
 from app.consolidation.auto import AutoConsolidation
 from app.deps import CallerDep, SessionDep, problems
 from app.errors import ValidationFailed
-from app.idempotency.repository import IdempotencyRepository
-from app.idempotency.service import HEADER, KEY_PATTERN, IdempotencyService, check_key
+from app.idempotency.http import IdempotencyKey, keyed_create
 from app.memories.repository import MemoryFilter, MemoryReader, MemoryRepository
 from app.memories.schemas import (
     Memory,
@@ -30,17 +26,12 @@ from app.validation import Category, ScopeId, Tag
 
 router = APIRouter(prefix="/v1/memories", tags=["memories"])
 
-IdempotencyKey = Annotated[
-    str | None,
-    # Checked by check_key, for a plainer message than the pattern's; declared here so
-    # the OpenAPI document states the bounds.
-    Header(alias=HEADER, json_schema_extra={"minLength": 1, "maxLength": 255,
-                                            "pattern": KEY_PATTERN},
-           description="Makes a retry with the same body return the first answer "
-                       "(1 to 255 visible ASCII characters; kept at least 24 h)."),
-]
 LIST_PARAMS = frozenset({"user_id", "agent_id", "session_id", "namespace", "tags", "categories",
                          "fact_role", "include_archived", "limit", "cursor"})
+
+
+def _canonical(body: BaseModel) -> Any:
+    return body.model_dump(mode="json", exclude_unset=True)
 
 
 def _service(request: Request, session: SessionDep, caller: CallerDep) -> MemoryService:
@@ -49,29 +40,6 @@ def _service(request: Request, session: SessionDep, caller: CallerDep) -> Memory
     auto = AutoConsolidation(session, caller.tenant_id, every).after_write if every else None
     return MemoryService(MemoryRepository(session, caller.tenant_id), resources.embedder,
                          after_write=auto)
-
-
-async def _create(
-    request: Request, session: SessionDep, caller: CallerDep, key: str | None,
-    operation: str, body: BaseModel, produce: Callable[[], Awaitable[tuple[int, Any]]],
-) -> Response:
-    if key is None:
-        status, payload = await produce()
-        return JSONResponse(payload, status_code=status)
-    ttl = timedelta(hours=request.app.state.resources.settings.idempotency_ttl_hours)
-    idempotency = IdempotencyService(IdempotencyRepository(session, caller.tenant_id), ttl)
-    # Only a keyed request needs the canonical body (to hash); a batch of 1000 is not free.
-    canonical = body.model_dump(mode="json", exclude_unset=True)
-
-    async def rendered() -> tuple[int, str]:
-        # Kept as sent, so a retry's body is byte for byte the first one's.
-        status, payload = await produce()
-        return status, bytes(JSONResponse(payload).body).decode()
-
-    outcome = await idempotency.run(check_key(key), operation, canonical, rendered)
-    headers = {"Idempotent-Replayed": "true"} if outcome.replayed else None
-    return Response(outcome.body, status_code=outcome.status_code, headers=headers,
-                    media_type="application/json")
 
 
 @router.post("", operation_id="createMemory", summary="Store one memory", status_code=201,
@@ -86,8 +54,8 @@ async def create_memory(
         (memory,) = await service.create_many([body])
         return 201, memory.model_dump(mode="json")
 
-    return await _create(request, session, caller, idempotency_key, "createMemory", body,
-                         produce)
+    return await keyed_create(request, session, caller, idempotency_key, "createMemory",
+                              lambda: _canonical(body), produce)
 
 
 @router.post("/batch", operation_id="createMemories", status_code=201,
@@ -103,8 +71,8 @@ async def create_memories(
         memories = await service.create_many(body.items)
         return 201, MemoryBatch(items=memories).model_dump(mode="json")
 
-    return await _create(request, session, caller, idempotency_key, "createMemories", body,
-                         produce)
+    return await keyed_create(request, session, caller, idempotency_key, "createMemories",
+                              lambda: _canonical(body), produce)
 
 
 async def _reads(request: Request, caller: CallerDep) -> MemoryReads:

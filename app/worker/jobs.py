@@ -13,9 +13,11 @@ log = logging.getLogger("engram.worker")
 
 def default_registry() -> JobRegistry:
     from app.consolidation.jobs import register_consolidation_jobs
+    from app.sessions.jobs import register_session_jobs
 
     registry = JobRegistry()
     register_consolidation_jobs(registry)
+    register_session_jobs(registry)
     return registry
 
 
@@ -23,7 +25,15 @@ async def recover(resources: Resources) -> None:
     """Mark work a crash cut off, or a queued run whose job is gone; logged, never fatal
     (the next sweep retries)."""
     from app.consolidation.runs import fail_abandoned_runs
+    from app.sessions.jobs import requeue_stalled_folds
 
+    try:
+        queued = await requeue_stalled_folds(resources)
+    except Exception:
+        log.exception("queueing stalled session folds failed")
+    else:
+        if queued:
+            log.info("queued the fold of %d sessions with folds due", queued)
     try:
         failed = await fail_abandoned_runs(resources.sessionmaker)
     except Exception:

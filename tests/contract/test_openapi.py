@@ -59,21 +59,20 @@ CONTRACT: dict[str, Operation] = {
     "revertConsolidation": Operation("post", "/v1/consolidations/{id}/revert", None,
                                      "ConsolidationResult", errors=frozenset({404})),
     # Sessions
-    "appendTurn": Operation("post", "/v1/sessions/{session_id}/turns", None, None,
-                            frozenset({"200", "201"}), open_names=True),
-    "getSessionContext": Operation("get", "/v1/sessions/{session_id}/context", None, None,
-                                   open_names=True),
-    "getSession": Operation("get", "/v1/sessions/{session_id}", None, None, open_names=True),
+    "appendTurn": Operation("post", "/v1/sessions/{session_id}/turns", "TurnCreate",
+                            "AppendedTurn", frozenset({"201"}), frozenset({409})),
+    "getSessionContext": Operation("get", "/v1/sessions/{session_id}/context", None,
+                                   "SessionContext", errors=frozenset({404})),
+    "getSession": Operation("get", "/v1/sessions/{session_id}", None, "Session",
+                            errors=frozenset({404})),
+    # Added beyond the contract's table (it allows new endpoints): where a session's
+    # events, which the design says are never silent, can be read.
+    "listSessionEvents": Operation("get", "/v1/sessions/{session_id}/events", None,
+                                   "SessionEventPage", errors=frozenset({404})),
 }
 
-# Served today. NOT YET IMPLEMENTED: appendTurn, getSessionContext, getSession (their
-# schema names above are the contract's where it names them, else open).
-IMPLEMENTED = frozenset({
-    "createMemory", "createMemories", "getMemory", "listMemories", "updateMemory",
-    "deleteMemory",
-    "searchMemories",
-    "runConsolidation", "getConsolidation", "listConsolidations", "revertConsolidation",
-})
+# Served today: every operation above.
+IMPLEMENTED = frozenset(CONTRACT)
 
 # Operations that call the embedding provider, and every status its errors carry
 # (app/providers/openai_embedder.py: upstream error and bad answers 502, unreachable

@@ -191,3 +191,22 @@ def test_openai_embedder_needs_a_key_for_the_public_api() -> None:
 
     local = load(embedder="openai", openai_base_url="http://127.0.0.1:9999/v1/")
     assert local.openai_base_url == "http://127.0.0.1:9999/v1"
+
+
+def test_a_fold_must_take_at_least_one_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENGRAM_SESSION_FOLD_THRESHOLD", "10")
+    monkeypatch.setenv("ENGRAM_SESSION_RECENT_TURNS", "10")
+    with pytest.raises(ValidationError) as caught:
+        load()
+    assert "ENGRAM_SESSION_RECENT_TURNS must be less than ENGRAM_SESSION_FOLD_THRESHOLD" \
+        in format_settings_error(caught.value)
+    assert load(session_fold_threshold=10, session_recent_turns=9).session_recent_turns == 9
+
+
+def test_the_llm_summariser_needs_an_llm() -> None:
+    with pytest.raises(ValidationError) as caught:
+        load(session_summariser="llm")
+    assert "ENGRAM_SESSION_SUMMARISER=llm needs ENGRAM_LLM_BASE_URL" in str(caught.value)
+    configured = load(session_summariser="llm", llm_base_url="http://127.0.0.1:9/v1")
+    assert configured.session_summariser == "llm"
+    assert load().session_summariser == "auto"

@@ -1,0 +1,50 @@
+"""The Idempotency-Key header of the create endpoints, and answering a create through it."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Annotated, Any
+
+from fastapi import Header, Request, Response
+from fastapi.responses import JSONResponse
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.auth import Caller
+from app.idempotency.repository import IdempotencyRepository
+from app.idempotency.service import HEADER, KEY_PATTERN, IdempotencyService, check_key
+
+IdempotencyKey = Annotated[
+    str | None,
+    # Checked by check_key, for a plainer message than the pattern's; declared here so
+    # the OpenAPI document states the bounds.
+    Header(alias=HEADER, json_schema_extra={"minLength": 1, "maxLength": 255,
+                                            "pattern": KEY_PATTERN},
+           description="Makes a retry with the same body return the first answer "
+                       "(1 to 255 visible ASCII characters; kept at least 24 h)."),
+]
+
+
+async def keyed_create(
+    request: Request, session: AsyncSession, caller: Caller, key: str | None,
+    operation: str, canonical: Callable[[], Any],
+    produce: Callable[[], Awaitable[tuple[int, Any]]],
+) -> Response:
+    """Answer `produce`'s (status, JSON value); with a key, at most once per key, a retry
+    getting the first answer's bytes. `canonical` gives what identifies the request (only
+    called with a key: a batch of 1000 is not free to dump)."""
+    if key is None:
+        status, payload = await produce()
+        return JSONResponse(payload, status_code=status)
+    ttl = timedelta(hours=request.app.state.resources.settings.idempotency_ttl_hours)
+    idempotency = IdempotencyService(IdempotencyRepository(session, caller.tenant_id), ttl)
+
+    async def rendered() -> tuple[int, str]:
+        # Kept as sent, so a retry's body is byte for byte the first one's.
+        status, payload = await produce()
+        return status, bytes(JSONResponse(payload).body).decode()
+
+    outcome = await idempotency.run(check_key(key), operation, canonical(), rendered)
+    headers = {"Idempotent-Replayed": "true"} if outcome.replayed else None
+    return Response(outcome.body, status_code=outcome.status_code, headers=headers,
+                    media_type="application/json")

@@ -1,0 +1,125 @@
+"""What an agent puts in its prompt, per context strategy: pure functions of a session's
+state and its newest turns.
+
+Tokens are estimated at four characters each (there is no one tokenizer for every
+agent's model); the estimate is stored with each turn and reported with the context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from app.sessions.folding import FoldPolicy, fold_is_near, turns_until_fold
+from app.sessions.types import SessionState, StrategyName, TurnView
+
+CHARS_PER_TOKEN = 4
+
+
+def estimate_tokens(text: str) -> int:
+    return max(1, -(-len(text) // CHARS_PER_TOKEN))
+
+
+@dataclass(frozen=True, slots=True)
+class ContextParts:
+    mode: StrategyName  # the strategy in force (truncation while the summariser is down)
+    summary: str | None
+    turns: tuple[TurnView, ...]  # oldest first
+    omitted: int  # turns the strategy would show that did not fit the budget
+    tokens: int
+
+
+def newest_within(turns: Sequence[TurnView], budget: int) -> tuple[TurnView, ...]:
+    """The newest turns whose tokens add up to at most `budget`, oldest first; a turn that
+    does not fit ends the run, so the context never has a hole in it."""
+    kept: list[TurnView] = []
+    used = 0
+    for turn in reversed(turns):
+        if used + turn.tokens > budget:
+            break
+        kept.append(turn)
+        used += turn.tokens
+    return tuple(reversed(kept))
+
+
+class ContextStrategy(Protocol):
+    @property
+    def name(self) -> StrategyName: ...
+
+    def reads_after(self, session: SessionState) -> int | None:
+        """The seq after which turns are wanted; None when no turn is."""
+
+    def build(self, session: SessionState, turns: Sequence[TurnView],
+              budget: int) -> ContextParts:
+        """`turns`: the newest turns after `reads_after`, oldest first (maybe capped)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NoContext:
+    name: StrategyName = "none"
+
+    def reads_after(self, session: SessionState) -> int | None:
+        return None
+
+    def build(self, session: SessionState, turns: Sequence[TurnView],
+              budget: int) -> ContextParts:
+        return ContextParts(self.name, None, (), 0, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Truncation:
+    name: StrategyName = "truncation"
+
+    def reads_after(self, session: SessionState) -> int | None:
+        return 0
+
+    def build(self, session: SessionState, turns: Sequence[TurnView],
+              budget: int) -> ContextParts:
+        kept = newest_within(turns, budget)
+        return ContextParts(self.name, None, kept, session.turns - len(kept),
+                            sum(t.tokens for t in kept))
+
+
+@dataclass(frozen=True, slots=True)
+class RollingSummary:
+    """The summary of everything folded, then the turns past the cursor that fit what the
+    summary leaves of the budget. The summary is never cut: its length is bounded by
+    ENGRAM_SESSION_SUMMARY_MAX_CHARS instead."""
+
+    name: StrategyName = "rolling_summary"
+
+    def reads_after(self, session: SessionState) -> int | None:
+        return session.cursor
+
+    def build(self, session: SessionState, turns: Sequence[TurnView],
+              budget: int) -> ContextParts:
+        summary_tokens = estimate_tokens(session.summary) if session.summary else 0
+        kept = newest_within(turns, max(0, budget - summary_tokens))
+        return ContextParts(self.name, session.summary, kept,
+                            session.turns - session.cursor - len(kept),
+                            summary_tokens + sum(t.tokens for t in kept))
+
+
+STRATEGIES: dict[StrategyName, ContextStrategy] = {
+    s.name: s for s in (NoContext(), Truncation(), RollingSummary())
+}
+
+
+def strategy_in_force(session: SessionState) -> ContextStrategy:
+    """The session's strategy, except that a rolling summary whose summariser is degraded
+    falls back to truncation until it recovers."""
+    if session.strategy == "rolling_summary" and not session.health.summarising:
+        return STRATEGIES["truncation"]
+    return STRATEGIES[session.strategy]
+
+
+def fold_warning(session: SessionState, policy: FoldPolicy) -> str | None:
+    """For a rolling summary near its next fold: tell the agent to store what matters."""
+    if session.strategy != "rolling_summary" or not fold_is_near(
+            session.turns, session.cursor, policy):
+        return None
+    left = turns_until_fold(session.turns, session.cursor, policy)
+    when = "now" if left == 0 else f"in {left} turn{'s' if left != 1 else ''}"
+    return (f"The oldest turns of this session will be summarised {when}; store anything "
+            "critical from them as a memory (POST /v1/memories) first.")

@@ -1,0 +1,122 @@
+"""The fold: the background work that folds a session's oldest turns into its rolling
+summary, one due fold at a time, and keeps the summariser's health.
+
+The summariser is called outside any transaction (an LLM may take seconds; appends must
+not wait for it). Its answer is saved with the new cursor in one transaction that first
+locks the session and checks the cursor has not moved meanwhile (a full backlog drops
+folds from under a slow summariser); if it has, the answer is discarded and the next due
+fold is read again. So a turn is folded at most once, and a crash at any point leaves
+either the old summary and cursor or the new ones.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.sessions.folding import FoldPolicy, next_fold
+from app.sessions.health import Health, HealthPolicy, after_failure, after_success, next_try
+from app.sessions.repository import SessionRepository
+from app.sessions.summariser import Summariser, SummaryFailed
+from app.worker.queue import enqueue
+
+log = logging.getLogger("engram.sessions")
+
+FOLD_JOB = "session.fold"
+MAX_FOLDS_PER_JOB = 100
+"""A job that still has folds due after this many queues itself again (lets others run)."""
+
+
+def fold_key(tenant_id: uuid.UUID, session_id: str) -> str:
+    return f"{FOLD_JOB}:{tenant_id}:{session_id}"
+
+
+async def enqueue_fold(db: AsyncSession, tenant_id: uuid.UUID, session_id: str) -> None:
+    """Queue the session's fold job in the caller's transaction, inside a SAVEPOINT: a
+    queue that fails is logged and the caller's write goes on (the sweep queues it later).
+    Nothing is added while the session's job is queued or running."""
+    try:
+        async with db.begin_nested():
+            await enqueue(db, FOLD_JOB, {"tenant_id": str(tenant_id), "session_id": session_id},
+                          dedupe_key=fold_key(tenant_id, session_id))
+    except Exception:
+        log.exception("session %s: the fold job could not be queued; the write goes on",
+                      session_id)
+
+
+@dataclass(frozen=True, slots=True)
+class FoldOutcome:
+    folds: int  # folds saved
+    retry_after: timedelta | None  # the summariser failed: try again after this
+    more: bool = False  # stopped at MAX_FOLDS_PER_JOB with folds still due
+
+
+class SessionFolder:
+    def __init__(self, maker: async_sessionmaker[AsyncSession], tenant_id: uuid.UUID,
+                 session_id: str, *, summariser: Summariser, folds: FoldPolicy,
+                 health: HealthPolicy, max_chars: int) -> None:
+        self.maker = maker
+        self.tenant_id = tenant_id
+        self.session_id = session_id
+        self.summariser = summariser
+        self.folds = folds
+        self.health = health
+        self.max_chars = max_chars
+
+    async def run(self) -> FoldOutcome:
+        """Fold until no fold is due, or the summariser fails once."""
+        saved = 0
+        for _ in range(MAX_FOLDS_PER_JOB):
+            async with self.maker() as db:
+                repository = SessionRepository(db, self.tenant_id)
+                state = await repository.get(self.session_id)
+                if state is None or state.strategy != "rolling_summary":
+                    return FoldOutcome(saved, None)
+                chunk = next_fold(state.turns, state.cursor, self.folds)
+                if chunk is None:
+                    return FoldOutcome(saved, None)
+                turns = await repository.turns_in(self.session_id, chunk)
+            try:
+                summary: str | SummaryFailed = await self.summariser.fold(
+                    state.summary, turns, self.max_chars)
+            except SummaryFailed as exc:
+                summary = exc
+            async with self.maker.begin() as db:
+                repository = SessionRepository(db, self.tenant_id)
+                locked = await repository.get(self.session_id, lock=True)
+                if locked is None or locked.cursor != state.cursor:
+                    continue  # folds were dropped meanwhile: read the next due one again
+                if isinstance(summary, SummaryFailed):
+                    health = after_failure(locked.health, self.health)
+                    await repository.save_failure(self.session_id, health,
+                                                  health.state != locked.health.state,
+                                                  str(summary)[:1000])
+                else:
+                    health = after_success(locked.health, self.health)
+                    await repository.save_fold(self.session_id, chunk.last, summary, health,
+                                               health.state != locked.health.state)
+                await self._record(repository, locked.health, health, summary)
+            if isinstance(summary, SummaryFailed):
+                log.warning("session %s: fold of turns %d-%d failed (%s), health %s",
+                            self.session_id, chunk.first, chunk.last, summary,
+                            health.state)
+                return FoldOutcome(saved, next_try(health, self.health))
+            saved += 1
+        return FoldOutcome(saved, None, more=True)
+
+    async def _record(self, repository: SessionRepository, before: Health, after: Health,
+                      summary: str | SummaryFailed) -> None:
+        if before.state == after.state:
+            return
+        detail: dict[str, object] = {"from": before.state, "to": after.state,
+                                     "summariser": self.summariser.name}
+        if isinstance(summary, SummaryFailed):
+            detail |= {"error": summary.code, "message": summary.detail[:500],
+                       "consecutive_failures": after.failures}
+        await repository.add_event(self.session_id, "health_changed", detail)
+        log.info("session %s: summariser health %s -> %s", self.session_id, before.state,
+                 after.state)

@@ -1,0 +1,171 @@
+"""SQL for sessions: the session row (locked while a turn is appended or a fold is
+saved), the turn log, and the events.
+
+Every statement is confined to the repository's tenant; `stalled_folds`, which the
+crash sweep runs over every tenant, is the module-level function.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, insert, select, text, tuple_, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.ids import uuid7
+from app.models import ChatSession, SessionEvent, SessionTurn
+from app.sessions.folding import Chunk
+from app.sessions.health import Health, HealthState
+from app.sessions.types import SessionState, StrategyName, TurnView
+
+_TURN_COLUMNS = (SessionTurn.seq, SessionTurn.role, SessionTurn.content, SessionTurn.tokens,
+                 SessionTurn.created_at, SessionTurn.user_id, SessionTurn.agent_id)
+
+
+def _state(row: ChatSession) -> SessionState:
+    health_state: HealthState = row.health  # type: ignore[assignment]  # CHECK constraint
+    strategy: StrategyName = row.strategy  # type: ignore[assignment]  # CHECK constraint
+    return SessionState(
+        session_id=row.session_id, user_id=row.user_id, agent_id=row.agent_id,
+        strategy=strategy, turns=row.turn_count, cursor=row.cursor,
+        dropped=row.dropped_turns, summary=row.summary,
+        summary_updated_at=row.summary_updated_at,
+        health=Health(health_state, row.health_failures, row.health_successes),
+        last_error=row.last_error, health_changed_at=row.health_changed_at,
+        created_at=row.created_at, updated_at=row.updated_at)
+
+
+def _turn(row: Any) -> TurnView:
+    return TurnView(seq=row.seq, role=row.role, content=row.content, tokens=row.tokens,
+                    created_at=row.created_at, user_id=row.user_id, agent_id=row.agent_id)
+
+
+class SessionRepository:
+    def __init__(self, session: AsyncSession, tenant_id: uuid.UUID) -> None:
+        self.session = session
+        self.tenant_id = tenant_id
+
+    def _this(self, session_id: str) -> Any:
+        return (ChatSession.tenant_id == self.tenant_id) & (ChatSession.session_id == session_id)
+
+    async def get(self, session_id: str, *, lock: bool = False) -> SessionState | None:
+        stmt = select(ChatSession).where(self._this(session_id))
+        if lock:
+            # NO KEY UPDATE: an event or turn inserted meanwhile (its foreign key takes a
+            # KEY SHARE lock on this row) is not made to wait.
+            stmt = stmt.with_for_update(key_share=True)
+        row = (await self.session.execute(stmt)).scalar_one_or_none()
+        return _state(row) if row is not None else None
+
+    async def lock_or_create(self, session_id: str, strategy: StrategyName) -> SessionState:
+        """The session's row, locked until the transaction ends; created first if new."""
+        found = await self.get(session_id, lock=True)
+        if found is not None:
+            return found
+        await self.session.execute(
+            pg_insert(ChatSession)
+            .values(tenant_id=self.tenant_id, session_id=session_id, strategy=strategy)
+            .on_conflict_do_nothing())
+        created = await self.get(session_id, lock=True)
+        assert created is not None  # inserted above, or by a racing request that committed
+        return created
+
+    async def append(self, state: SessionState, role: str, content: str,
+                     user_id: str | None, agent_id: str | None, tokens: int) -> TurnView:
+        """Add the session's next turn; the session adopts an identity it did not have."""
+        seq = state.turns + 1
+        row = (await self.session.execute(
+            insert(SessionTurn)
+            .values(tenant_id=self.tenant_id, session_id=state.session_id, seq=seq,
+                    role=role, content=content, user_id=user_id, agent_id=agent_id,
+                    tokens=tokens)
+            .returning(*_TURN_COLUMNS))).one()
+        await self.session.execute(
+            update(ChatSession).where(self._this(state.session_id))
+            .values(turn_count=seq,
+                    user_id=func.coalesce(ChatSession.user_id, user_id),
+                    agent_id=func.coalesce(ChatSession.agent_id, agent_id),
+                    updated_at=func.now()))
+        return _turn(row)
+
+    async def drop_folds(self, session_id: str, cursor: int, dropped: int) -> None:
+        await self.session.execute(
+            update(ChatSession).where(self._this(session_id))
+            .values(cursor=cursor, dropped_turns=ChatSession.dropped_turns + dropped))
+
+    async def save_fold(self, session_id: str, cursor: int, summary: str,
+                        health: Health, changed: bool) -> None:
+        await self.session.execute(
+            update(ChatSession).where(self._this(session_id))
+            .values(cursor=cursor, summary=summary, summary_updated_at=func.now(),
+                    **self._health(health, changed, None)))
+
+    async def save_failure(self, session_id: str, health: Health, changed: bool,
+                           error: str) -> None:
+        await self.session.execute(
+            update(ChatSession).where(self._this(session_id))
+            .values(**self._health(health, changed, error)))
+
+    @staticmethod
+    def _health(health: Health, changed: bool, error: str | None) -> dict[str, Any]:
+        values: dict[str, Any] = {
+            "health": health.state, "health_failures": health.failures,
+            "health_successes": health.successes}
+        if error is not None:
+            values["last_error"] = error
+        if changed:
+            values["health_changed_at"] = func.now()
+        return values
+
+    async def add_event(self, session_id: str, kind: str, detail: Mapping[str, Any]) -> None:
+        await self.session.execute(
+            insert(SessionEvent).values(tenant_id=self.tenant_id, id=uuid7(),
+                                        session_id=session_id, kind=kind,
+                                        detail=dict(detail)))
+
+    async def newest_turns(self, session_id: str, after: int, limit: int) -> list[TurnView]:
+        """Up to `limit` of the newest turns with seq > `after`, oldest first."""
+        rows = (await self.session.execute(
+            select(*_TURN_COLUMNS)
+            .where(SessionTurn.tenant_id == self.tenant_id,
+                   SessionTurn.session_id == session_id, SessionTurn.seq > after)
+            .order_by(SessionTurn.seq.desc()).limit(limit))).all()
+        return [_turn(r) for r in reversed(rows)]
+
+    async def turns_in(self, session_id: str, chunk: Chunk) -> list[TurnView]:
+        rows = (await self.session.execute(
+            select(*_TURN_COLUMNS)
+            .where(SessionTurn.tenant_id == self.tenant_id,
+                   SessionTurn.session_id == session_id,
+                   SessionTurn.seq.between(chunk.first, chunk.last))
+            .order_by(SessionTurn.seq))).all()
+        return [_turn(r) for r in rows]
+
+    async def events(self, session_id: str, limit: int,
+                     after: tuple[datetime, uuid.UUID] | None) -> Sequence[SessionEvent]:
+        """Up to `limit` events, newest first, after the cursor position `after`."""
+        stmt = (select(SessionEvent)
+                .where(SessionEvent.tenant_id == self.tenant_id,
+                       SessionEvent.session_id == session_id)
+                .order_by(SessionEvent.created_at.desc(), SessionEvent.id.desc())
+                .limit(limit))
+        if after is not None:
+            stmt = stmt.where(tuple_(SessionEvent.created_at, SessionEvent.id)
+                              < tuple_(*after))
+        return (await self.session.execute(stmt)).scalars().all()
+
+
+async def stalled_folds(session: AsyncSession, threshold: int,
+                        limit: int) -> list[tuple[uuid.UUID, str]]:
+    """Rolling-summary sessions, in any tenant, with a fold due: the sweep queues their
+    fold job again (a job that gave up, or an append whose job was still finishing)."""
+    rows = await session.execute(
+        text("SELECT tenant_id, session_id FROM sessions"
+             " WHERE strategy = 'rolling_summary' AND turn_count - cursor >= :threshold"
+             " ORDER BY updated_at LIMIT :limit"),
+        {"threshold": threshold, "limit": limit})
+    return [(r.tenant_id, r.session_id) for r in rows]

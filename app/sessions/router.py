@@ -1,0 +1,84 @@
+"""HTTP routes of the session endpoints: parse, call the service, shape the answer."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Request, Response
+
+from app.deps import CallerDep, SessionDep, problems
+from app.errors import problem_response
+from app.idempotency.http import IdempotencyKey, keyed_create
+from app.sessions.config import fold_policy
+from app.sessions.repository import SessionRepository
+from app.sessions.schemas import AppendedTurn, Session, SessionContext, SessionEventPage, TurnCreate
+from app.sessions.service import IdentityRejected, SessionService
+from app.validation import ScopeId
+
+router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
+
+SessionId = Annotated[ScopeId, Path(description="The client's id for the session "
+                                                "(1 to 255 characters).")]
+
+
+def _service(request: Request, session: SessionDep, caller: CallerDep) -> SessionService:
+    settings = request.app.state.resources.settings
+    return SessionService(SessionRepository(session, caller.tenant_id),
+                          strategy=settings.session_strategy, folds=fold_policy(settings),
+                          budget_tokens=settings.session_budget_tokens)
+
+
+@router.post(
+    "/{session_id}/turns", operation_id="appendTurn", summary="Append a turn to a session",
+    status_code=201, response_model=AppendedTurn, responses=problems(409),
+    description="Creates the session on its first turn, with the configured context "
+    "strategy. A turn naming another user or agent than the session's is refused with "
+    "409 and recorded as an event. The log is append-only.",
+)
+async def append_turn(
+    session_id: SessionId, body: TurnCreate, request: Request, session: SessionDep,
+    caller: CallerDep, idempotency_key: IdempotencyKey = None,
+) -> Response:
+    service = _service(request, session, caller)
+    admitted = await service.admit(session_id, body)
+    if isinstance(admitted, IdentityRejected):
+        # Answered, not raised: the request's transaction commits the recorded event.
+        return problem_response(409, "session_identity_conflict", "Session identity conflict",
+                                admitted.detail, admitted.errors)
+    state = admitted
+
+    async def produce() -> tuple[int, Any]:
+        return 201, (await service.append(state, body)).model_dump(mode="json")
+
+    return await keyed_create(
+        request, session, caller, idempotency_key, "appendTurn",
+        lambda: {"session_id": session_id, **body.model_dump(mode="json", exclude_unset=True)},
+        produce)
+
+
+@router.get("/{session_id}/context", operation_id="getSessionContext",
+            summary="What an agent puts in its prompt for this session",
+            response_model=SessionContext, responses=problems(404))
+async def get_session_context(session_id: SessionId, request: Request, session: SessionDep,
+                              caller: CallerDep) -> SessionContext:
+    return await _service(request, session, caller).context(session_id)
+
+
+@router.get("/{session_id}", operation_id="getSession",
+            summary="A session's cursor, counts, strategy and health",
+            response_model=Session, responses=problems(404))
+async def get_session(session_id: SessionId, request: Request, session: SessionDep,
+                      caller: CallerDep) -> Session:
+    return await _service(request, session, caller).get(session_id)
+
+
+@router.get("/{session_id}/events", operation_id="listSessionEvents",
+            summary="A session's events, newest first: health changes, dropped folds, "
+                    "refused turns",
+            response_model=SessionEventPage, responses=problems(404))
+async def list_session_events(
+    session_id: SessionId, request: Request, session: SessionDep, caller: CallerDep,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(max_length=512)] = None,
+) -> SessionEventPage:
+    return await _service(request, session, caller).events(session_id, limit, cursor)

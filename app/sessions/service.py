@@ -1,0 +1,172 @@
+"""The session rules: appending a turn (identity, the fold backlog, queueing the fold),
+and reading a session, its context and its events."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.errors import FieldError, NotFound
+from app.memories.cursor import decode_cursor, encode_cursor
+from app.sessions.context import estimate_tokens, fold_warning, strategy_in_force
+from app.sessions.folder import enqueue_fold
+from app.sessions.folding import FoldPolicy, backlog, overflow
+from app.sessions.repository import SessionRepository
+from app.sessions.schemas import (
+    AppendedTurn,
+    Session,
+    SessionBacklog,
+    SessionContext,
+    SessionCounts,
+    SessionEventItem,
+    SessionEventPage,
+    SessionHealth,
+    Turn,
+    TurnCreate,
+)
+from app.sessions.types import SessionState, StrategyName, TurnView
+
+log = logging.getLogger("engram.sessions")
+
+CONTEXT_MAX_TURNS = 1000
+"""At most this many turns are read to build a context, whatever the budget."""
+
+
+@dataclass(frozen=True, slots=True)
+class IdentityRejected:
+    """A turn named another user or agent than the session's: nothing was appended."""
+
+    errors: list[FieldError]
+
+    @property
+    def detail(self) -> str:
+        return "; ".join(f"{e.field}: {e.message}" for e in self.errors)
+
+
+def _turn(turn: TurnView) -> Turn:
+    return Turn(seq=turn.seq, role=turn.role, content=turn.content,
+                user_id=turn.user_id, agent_id=turn.agent_id, tokens=turn.tokens,
+                created_at=turn.created_at)
+
+
+def _health(state: SessionState) -> SessionHealth:
+    return SessionHealth(state=state.health.state,
+                         consecutive_failures=state.health.failures,
+                         last_error=state.last_error, changed_at=state.health_changed_at)
+
+
+class SessionService:
+    def __init__(self, repository: SessionRepository, *, strategy: StrategyName,
+                 folds: FoldPolicy, budget_tokens: int) -> None:
+        self.repository = repository
+        self.strategy = strategy
+        self.folds = folds
+        self.budget_tokens = budget_tokens
+
+    @property
+    def _db(self) -> AsyncSession:
+        return self.repository.session
+
+    async def admit(self, session_id: str, body: TurnCreate) -> SessionState | IdentityRejected:
+        """The session, locked (created if new), when `body` may be appended to it.
+
+        A turn naming another user or agent than the session's is refused, and the refusal
+        recorded as an event in this request's transaction, which commits: the turn is
+        not appended, the event stays.
+        """
+        state = await self.repository.lock_or_create(session_id, self.strategy)
+        errors = [
+            FieldError(field=name, message=f"the session belongs to {name} {have!r}, "
+                                           f"not {given!r}")
+            for name, have, given in (("user_id", state.user_id, body.user_id),
+                                      ("agent_id", state.agent_id, body.agent_id))
+            if have is not None and given is not None and given != have
+        ]
+        if not errors:
+            return state
+        await self.repository.add_event(session_id, "identity_rejected", {
+            "fields": {e.field: getattr(body, e.field) for e in errors},
+            "session": {"user_id": state.user_id, "agent_id": state.agent_id},
+            "role": body.role})
+        log.warning("session %s: turn refused, %s", session_id,
+                    ", ".join(e.field for e in errors))
+        return IdentityRejected(errors)
+
+    async def append(self, state: SessionState, body: TurnCreate) -> AppendedTurn:
+        """Append `body` to the session `admit` locked."""
+        turn = await self.repository.append(state, body.role, body.content, body.user_id,
+                                            body.agent_id, estimate_tokens(body.content))
+        state = await self._after_append(state, turn.seq)
+        return AppendedTurn(**_turn(turn).model_dump(), session_id=state.session_id,
+                            warning=fold_warning(state, self.folds))
+
+    async def _after_append(self, state: SessionState, turns: int) -> SessionState:
+        state = replace(state, turns=turns)
+        if state.strategy != "rolling_summary":
+            return state
+        dropped = overflow(state.turns, state.cursor, self.folds)
+        if dropped:
+            for chunk in dropped:
+                await self.repository.add_event(state.session_id, "backlog_overflow", {
+                    "first_turn": chunk.first, "last_turn": chunk.last,
+                    "backlog_max": self.folds.backlog_max,
+                    "health": state.health.state})
+            cursor = dropped[-1].last
+            await self.repository.drop_folds(state.session_id, cursor,
+                                             cursor - state.cursor)
+            log.warning("session %s: fold backlog full, turns %d-%d left the context "
+                        "unsummarised", state.session_id, dropped[0].first, cursor)
+            state = replace(state, cursor=cursor,
+                            dropped=state.dropped + cursor - state.cursor)
+        if backlog(state.turns, state.cursor, self.folds):
+            await enqueue_fold(self._db, self.repository.tenant_id, state.session_id)
+        return state
+
+    async def _state(self, session_id: str) -> SessionState:
+        state = await self.repository.get(session_id)
+        if state is None:
+            raise NotFound(f"session {session_id!r} not found")
+        return state
+
+    async def get(self, session_id: str) -> Session:
+        s = await self._state(session_id)
+        return Session(
+            session_id=s.session_id, user_id=s.user_id, agent_id=s.agent_id,
+            strategy=s.strategy, cursor=s.cursor,
+            counts=SessionCounts(turns=s.turns, unsummarised=s.turns - s.cursor,
+                                 summarised=s.cursor - s.dropped, dropped=s.dropped),
+            backlog=SessionBacklog(
+                due=backlog(s.turns, s.cursor, self.folds) if s.strategy == "rolling_summary"
+                else 0,
+                max=self.folds.backlog_max),
+            health=_health(s), summary_updated_at=s.summary_updated_at,
+            created_at=s.created_at, updated_at=s.updated_at)
+
+    async def context(self, session_id: str) -> SessionContext:
+        state = await self._state(session_id)
+        strategy = strategy_in_force(state)
+        after = strategy.reads_after(state)
+        turns = ([] if after is None else
+                 await self.repository.newest_turns(session_id, after, CONTEXT_MAX_TURNS))
+        parts = strategy.build(state, turns, self.budget_tokens)
+        return SessionContext(
+            session_id=session_id, strategy=state.strategy, mode=parts.mode,
+            summary=parts.summary, turns=[_turn(t) for t in parts.turns],
+            omitted_turns=parts.omitted, tokens=parts.tokens,
+            budget_tokens=self.budget_tokens, warning=fold_warning(state, self.folds),
+            health=_health(state))
+
+    async def events(self, session_id: str, limit: int, cursor: str | None) -> SessionEventPage:
+        after = decode_cursor(cursor) if cursor is not None else None
+        await self._state(session_id)
+        rows = await self.repository.events(session_id, limit + 1, after)
+        page = rows[:limit]
+        next_cursor = (encode_cursor(page[-1].created_at, page[-1].id)
+                       if len(rows) > limit else None)
+        return SessionEventPage(
+            items=[SessionEventItem(id=r.id, kind=r.kind, detail=r.detail,
+                                    created_at=r.created_at) for r in page],
+            next_cursor=next_cursor)
+

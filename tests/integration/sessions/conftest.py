@@ -1,0 +1,63 @@
+"""Session fixtures: resources with small fold settings, appending over HTTP, and running
+a session's fold in the test (the worker's job body, without the queue)."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from app.resources import Resources
+from app.sessions.folder import FoldOutcome
+from app.sessions.jobs import folder_for
+from tests.conftest import TenantKey, make_client
+
+# A fold is due at 6 unsummarised turns and takes the oldest 4, leaving 2; two folds may
+# wait; two failures degrade the summariser, two successes make it healthy again.
+SMALL = {"session_fold_threshold": 6, "session_recent_turns": 2, "session_backlog_max": 2,
+         "session_degrade_after": 2, "session_recover_after": 2,
+         "session_budget_tokens": 2000, "session_summariser": "extractive"}
+
+
+def with_settings(resources: Resources, **changes: Any) -> Resources:
+    return dataclasses.replace(resources, settings=resources.settings.model_copy(update=changes),
+                               background=[])
+
+
+@pytest.fixture
+def small(resources: Resources) -> Resources:
+    return with_settings(resources, **SMALL)
+
+
+@pytest.fixture
+async def small_client(small: Resources, tenant: TenantKey) -> AsyncIterator[httpx.AsyncClient]:
+    async with make_client(small, tenant.headers) as c:
+        yield c
+
+
+async def append(client: httpx.AsyncClient, session_id: str, content: str,
+                 role: str = "user", expect: int = 201, **extra: Any) -> dict[str, Any]:
+    resp = await client.post(f"/v1/sessions/{session_id}/turns",
+                             json={"role": role, "content": content, **extra})
+    assert resp.status_code == expect, resp.text
+    body: dict[str, Any] = resp.json()
+    return body
+
+
+async def get_json(client: httpx.AsyncClient, path: str) -> dict[str, Any]:
+    resp = await client.get(path)
+    assert resp.status_code == 200, resp.text
+    body: dict[str, Any] = resp.json()
+    return body
+
+
+async def fold(resources: Resources, tenant: TenantKey, session_id: str) -> FoldOutcome:
+    return await folder_for(resources, tenant.tenant_id, session_id).run()
+
+
+def new_id() -> str:
+    return f"s-{uuid.uuid4().hex[:10]}"

@@ -1,0 +1,414 @@
+"""The rolling summary: folds move the cursor with the summary, once per turn; the
+summariser's health over a real HTTP LLM that fails, times out and answers garbage; the
+bounded backlog; and the fold job run by the worker and queued again by the sweep."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator, Iterator, Sequence
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import text
+
+from app.providers.llm import ChatCompletionsClient
+from app.resources import Resources
+from app.sessions import folder as folder_module
+from app.sessions.config import fold_policy, health_policy
+from app.sessions.folder import FOLD_JOB, SessionFolder
+from app.sessions.jobs import requeue_stalled_folds
+from app.sessions.summariser import ExtractiveSummariser
+from app.sessions.types import TurnView
+from app.worker.jobs import default_registry
+from app.worker.runner import Worker
+from tests.conftest import TenantKey, make_client
+from tests.fakes.llm_server import Deterministic, Fail, FakeLLMServer, Garbage, Hang, Reply
+from tests.integration.sessions.conftest import (
+    SMALL,
+    append,
+    fold,
+    get_json,
+    new_id,
+    with_settings,
+)
+
+FACTS = ["Dana's flight to Lisbon is on 12 March.", "The budget is 4200 euros.",
+         "Dana prefers the Alfama hotel.", "Book a table for 3 at Ramiro.",
+         "Dana's sister Eva joins on 14 March.", "The return flight is TP 1350.",
+         "Dana is allergic to peanuts.", "Pay the deposit by 1 March.",
+         "Eva's phone is 555 0100.", "The museum opens at 10 on Sundays."]
+
+
+async def say(client: httpx.AsyncClient, sid: str, count: int, start: int = 0) -> None:
+    for i in range(start, start + count):
+        await append(client, sid, FACTS[i % len(FACTS)] + f" (turn {i + 1})",
+                     role="user" if i % 2 == 0 else "assistant")
+
+
+class CountingSummariser:
+    """Extractive, counting what it was asked to fold."""
+
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.folded: list[list[int]] = []
+
+    async def fold(self, summary: str | None, turns: Sequence[TurnView], max_chars: int) -> str:
+        self.folded.append([t.seq for t in turns])
+        return await ExtractiveSummariser().fold(summary, turns, max_chars)
+
+
+async def test_a_fold_saves_the_summary_and_the_cursor_and_the_context_uses_both(
+    small: Resources, small_client: httpx.AsyncClient, tenant: TenantKey,
+) -> None:
+    sid = new_id()
+    await say(small_client, sid, 7)
+    before = await get_json(small_client, f"/v1/sessions/{sid}")
+    assert before["backlog"]["due"] == 1
+
+    outcome = await fold(small, tenant, sid)
+
+    assert (outcome.folds, outcome.retry_after) == (1, None)
+    session = await get_json(small_client, f"/v1/sessions/{sid}")
+    assert session["cursor"] == 4
+    assert session["counts"] == {"turns": 7, "unsummarised": 3, "summarised": 4, "dropped": 0}
+    assert session["backlog"]["due"] == 0
+    assert session["summary_updated_at"] is not None
+    context = await get_json(small_client, f"/v1/sessions/{sid}/context")
+    assert context["mode"] == "rolling_summary"
+    assert [t["seq"] for t in context["turns"]] == [5, 6, 7]
+    summary = context["summary"]
+    for fact in ("Lisbon is on 12 March", "4200 euros", "Alfama", "Ramiro"):
+        assert fact in summary
+    assert "Eva joins" not in summary  # turn 5 is not folded yet
+    assert context["warning"] is None
+    assert context["tokens"] == (-(-len(summary) // 4)
+                                 + sum(t["tokens"] for t in context["turns"]))
+
+
+async def test_each_turn_is_folded_once_in_order_across_folds(
+    small: Resources, small_client: httpx.AsyncClient, tenant: TenantKey,
+) -> None:
+    sid = new_id()
+    counting = CountingSummariser()
+    folder = SessionFolder(small.sessionmaker, tenant.tenant_id, sid, summariser=counting,
+                           folds=fold_policy(small.settings), health=health_policy(small.settings),
+                           max_chars=4000)
+    await say(small_client, sid, 7)
+    assert (await folder.run()).folds == 1
+    assert (await folder.run()).folds == 0  # nothing due: a second delivery does nothing
+    await say(small_client, sid, 7, start=7)  # 10 unsummarised: two folds due
+    assert (await folder.run()).folds == 2
+
+    assert counting.folded == [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]]
+    session = await get_json(small_client, f"/v1/sessions/{sid}")
+    assert (session["cursor"], session["counts"]["unsummarised"]) == (12, 2)
+    summary = (await get_json(small_client, f"/v1/sessions/{sid}/context"))["summary"]
+    assert summary.index("Lisbon") < summary.index("Eva joins") < summary.index("555 0100")
+
+
+async def test_the_summary_leaves_room_for_recent_turns_within_the_budget(
+    resources: Resources, tenant: TenantKey,
+) -> None:
+    res = with_settings(resources, **{**SMALL, "session_budget_tokens": 60})
+    sid = new_id()
+    async with make_client(res, tenant.headers) as client:
+        await say(client, sid, 7)
+        await fold(res, tenant, sid)
+        context = await get_json(client, f"/v1/sessions/{sid}/context")
+    assert context["summary"] is not None
+    assert context["tokens"] <= 60
+    assert context["omitted_turns"] == 3 - len(context["turns"])
+    assert context["omitted_turns"] > 0
+    # What is shown is the newest, without a hole.
+    assert [t["seq"] for t in context["turns"]] == list(range(8 - len(context["turns"]), 8))
+
+
+@pytest.fixture
+def llm_server() -> Iterator[FakeLLMServer]:
+    with FakeLLMServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def llm_small(small: Resources, llm_server: FakeLLMServer) -> AsyncIterator[Resources]:
+    llm = ChatCompletionsClient(base_url=llm_server.base_url, model="fake", timeout=0.5,
+                                max_retries=0)
+    res = with_settings(small, session_summariser="llm", session_retry_seconds=0.01,
+                        session_probe_seconds=0.05)
+    yield dataclasses.replace(res, llm=llm)
+    await llm.aclose()
+
+
+async def events(client: httpx.AsyncClient, sid: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = (await get_json(
+        client, f"/v1/sessions/{sid}/events?limit=500"))["items"]
+    return list(reversed(items))  # oldest first
+
+
+async def test_the_llm_summariser_folds_through_the_http_endpoint(
+    llm_small: Resources, llm_server: FakeLLMServer, tenant: TenantKey,
+) -> None:
+    sid = new_id()
+    async with make_client(llm_small, tenant.headers) as client:
+        await say(client, sid, 6)
+        llm_server.script(Reply("Dana flies to Lisbon on 12 March with 4200 euros."))
+        outcome = await fold(llm_small, tenant, sid)
+        context = await get_json(client, f"/v1/sessions/{sid}/context")
+
+    assert outcome.folds == 1
+    assert context["summary"] == "Dana flies to Lisbon on 12 March with 4200 euros."
+    sent = llm_server.requests[-1].messages
+    assert "(none yet)" in sent[1]["content"]
+    assert "user: Dana's flight to Lisbon is on 12 March. (turn 1)" in sent[1]["content"]
+    assert "turn 5" not in sent[1]["content"]
+
+
+async def test_health_walks_retry_degraded_recovering_healthy_and_says_so(
+    llm_small: Resources, llm_server: FakeLLMServer, tenant: TenantKey,
+) -> None:
+    sid = new_id()
+    async with make_client(llm_small, tenant.headers) as client:
+        await say(client, sid, 7)
+
+        llm_server.script(Fail(500))
+        first = await fold(llm_small, tenant, sid)
+        session = await get_json(client, f"/v1/sessions/{sid}")
+        assert (first.folds, first.retry_after) == (0, timedelta(seconds=0.01))
+        assert session["health"]["state"] == "retry"
+        assert session["health"]["consecutive_failures"] == 1
+        assert "llm_http_error" in session["health"]["last_error"]
+        assert session["cursor"] == 0
+        # Still summarising: the context is the (empty) summary and the turns.
+        assert (await get_json(client, f"/v1/sessions/{sid}/context"))["mode"] == \
+            "rolling_summary"
+
+        llm_server.script(Hang(2.0))  # past the client's 0.5 s timeout
+        second = await fold(llm_small, tenant, sid)
+        session = await get_json(client, f"/v1/sessions/{sid}")
+        assert second.retry_after == timedelta(seconds=0.05)  # the probe interval
+        assert session["health"]["state"] == "degraded"
+        assert "llm_timeout" in session["health"]["last_error"]
+        context = await get_json(client, f"/v1/sessions/{sid}/context")
+        assert (context["strategy"], context["mode"]) == ("rolling_summary", "truncation")
+        assert context["summary"] is None
+        assert [t["seq"] for t in context["turns"]] == list(range(1, 8))
+        assert context["health"]["state"] == "degraded"
+
+        llm_server.script(Garbage())
+        await fold(llm_small, tenant, sid)
+        session = await get_json(client, f"/v1/sessions/{sid}")
+        assert session["health"]["state"] == "degraded"
+        assert session["health"]["consecutive_failures"] == 3
+        assert "llm_bad_response" in session["health"]["last_error"]
+
+        # Back: the first success starts recovering, the second (next fold) heals.
+        await say(client, sid, 4, start=7)  # 11 unsummarised: two folds due
+        llm_server.script(Deterministic(), Deterministic())
+        healed = await fold(llm_small, tenant, sid)
+        session = await get_json(client, f"/v1/sessions/{sid}")
+        context = await get_json(client, f"/v1/sessions/{sid}/context")
+        log = await events(client, sid)
+
+    assert healed.folds == 2
+    assert session["health"]["state"] == "healthy"
+    assert session["cursor"] == 8
+    assert context["mode"] == "rolling_summary"
+    assert "Eva joins" in context["summary"]
+    # The rolling part: the second fold was given the first fold's summary.
+    previous = llm_server.requests[-1].messages[1]["content"].split("\n\n")[0]
+    assert "Lisbon" in previous
+    assert "Eva joins" not in previous
+    changes = [(e["detail"]["from"], e["detail"]["to"]) for e in log
+               if e["kind"] == "health_changed"]
+    assert changes == [("healthy", "retry"), ("retry", "degraded"),
+                       ("degraded", "recovering"), ("recovering", "healthy")]
+    assert log[0]["detail"]["error"] == "llm_http_error"
+    assert log[1]["detail"]["error"] == "llm_timeout"
+
+
+async def test_a_failure_while_recovering_degrades_again(
+    llm_small: Resources, llm_server: FakeLLMServer, tenant: TenantKey,
+) -> None:
+    sid = new_id()
+    async with make_client(llm_small, tenant.headers) as client:
+        await say(client, sid, 11)  # two folds due
+        llm_server.script(Fail(500), Fail(503))
+        await fold(llm_small, tenant, sid)
+        await fold(llm_small, tenant, sid)
+        llm_server.script(Deterministic(), Fail(500))
+        outcome = await fold(llm_small, tenant, sid)
+        session = await get_json(client, f"/v1/sessions/{sid}")
+
+    assert outcome.folds == 1
+    assert session["health"]["state"] == "degraded"
+    assert session["cursor"] == 4
+
+
+async def test_a_full_backlog_drops_the_oldest_fold_and_records_it(
+    llm_small: Resources, llm_server: FakeLLMServer, tenant: TenantKey,
+) -> None:
+    sid = new_id()
+    llm_server.default = Fail(500)
+    async with make_client(llm_small, tenant.headers) as client:
+        await say(client, sid, 7)
+        await fold(llm_small, tenant, sid)
+        await fold(llm_small, tenant, sid)  # degraded
+        # Up to backlog_max (2) folds wait: 10 unsummarised turns.
+        await say(client, sid, 3, start=7)
+        assert (await get_json(client, f"/v1/sessions/{sid}"))["backlog"]["due"] == 2
+        # The third due fold pushes the oldest out: turns 1-4 leave unsummarised.
+        await say(client, sid, 4, start=10)
+        session = await get_json(client, f"/v1/sessions/{sid}")
+        context = await get_json(client, f"/v1/sessions/{sid}/context")
+        dropped = [e for e in await events(client, sid) if e["kind"] == "backlog_overflow"]
+
+        assert session["cursor"] == 4
+        assert session["counts"] == {"turns": 14, "unsummarised": 10, "summarised": 0,
+                                     "dropped": 4}
+        assert session["backlog"] == {"due": 2, "max": 2}
+        assert [(e["detail"]["first_turn"], e["detail"]["last_turn"]) for e in dropped] == \
+            [(1, 4)]
+        assert dropped[0]["detail"]["health"] == "degraded"
+        # Truncation while degraded shows the log's newest turns, dropped ones included.
+        assert context["mode"] == "truncation"
+        assert (context["omitted_turns"], len(context["turns"])) == (0, 14)
+
+        llm_server.default = Deterministic()
+        healed = await fold(llm_small, tenant, sid)
+        context = await get_json(client, f"/v1/sessions/{sid}/context")
+        session = await get_json(client, f"/v1/sessions/{sid}")
+
+    assert healed.folds == 2
+    assert session["health"]["state"] == "healthy"
+    assert session["counts"] == {"turns": 14, "unsummarised": 2, "summarised": 8,
+                                 "dropped": 4}
+    # The dropped turns were never sent to the summariser: its two folds got 5-8, 9-12.
+    sent = [r.messages[1]["content"].split("oldest first:\n\n")[1]
+            for r in llm_server.requests[-2:]]
+    assert [[n for n in range(1, 15) if f"(turn {n})" in body] for body in sent] == \
+        [[5, 6, 7, 8], [9, 10, 11, 12]]
+    assert "(turn 9)" in context["summary"]
+
+
+class GatedSummariser:
+    """Holds its fold until released, so a test can change the session meanwhile."""
+
+    name = "gated"
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def fold(self, summary: str | None, turns: Sequence[TurnView], max_chars: int) -> str:
+        self.started.set()
+        await self.release.wait()
+        return "stale: " + ",".join(str(t.seq) for t in turns)
+
+
+async def test_a_fold_whose_turns_were_dropped_meanwhile_is_discarded(
+    small: Resources, small_client: httpx.AsyncClient, tenant: TenantKey,
+) -> None:
+    sid = new_id()
+    gated = GatedSummariser()
+    folder = SessionFolder(small.sessionmaker, tenant.tenant_id, sid, summariser=gated,
+                           folds=fold_policy(small.settings),
+                           health=health_policy(small.settings), max_chars=4000)
+    await say(small_client, sid, 6)
+    running = asyncio.create_task(folder.run())
+    await asyncio.wait_for(gated.started.wait(), 5)
+    # Meanwhile the backlog overflows: the fold of turns 1-4 in flight is dropped.
+    await say(small_client, sid, 8, start=6)
+    assert (await get_json(small_client, f"/v1/sessions/{sid}"))["cursor"] == 4
+    folder.summariser = ExtractiveSummariser()
+    gated.release.set()
+    outcome = await asyncio.wait_for(running, 10)
+
+    context = await get_json(small_client, f"/v1/sessions/{sid}/context")
+    assert "stale" not in (context["summary"] or "")
+    assert outcome.folds == 2  # turns 5-8 and 9-12, read again after the discard
+    assert (await get_json(small_client, f"/v1/sessions/{sid}"))["cursor"] == 12
+
+
+async def test_an_unexpected_summariser_error_changes_nothing_and_reaches_the_job(
+    small: Resources, small_client: httpx.AsyncClient, tenant: TenantKey,
+) -> None:
+    class Broken:
+        name = "broken"
+
+        async def fold(self, summary: str | None, turns: Sequence[TurnView],
+                       max_chars: int) -> str:
+            raise RuntimeError("a bug")
+
+    sid = new_id()
+    await say(small_client, sid, 6)
+    folder = SessionFolder(small.sessionmaker, tenant.tenant_id, sid, summariser=Broken(),
+                           folds=fold_policy(small.settings),
+                           health=health_policy(small.settings), max_chars=4000)
+    with pytest.raises(RuntimeError):
+        await folder.run()
+    session = await get_json(small_client, f"/v1/sessions/{sid}")
+    assert (session["cursor"], session["health"]["state"]) == (0, "healthy")
+
+
+async def test_a_queue_that_fails_never_fails_the_append(
+    small_client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("queue down")
+
+    monkeypatch.setattr(folder_module, "enqueue", broken)
+    sid = new_id()
+    await say(small_client, sid, 7)
+    session = await get_json(small_client, f"/v1/sessions/{sid}")
+    assert session["counts"]["turns"] == 7
+    assert session["backlog"]["due"] == 1
+
+
+async def queued_folds(resources: Resources, tenant: TenantKey, sid: str) -> int:
+    async with resources.engine.connect() as conn:
+        count = await conn.scalar(
+            text("SELECT count(*) FROM pgqueuer.pgqueuer WHERE entrypoint = :job "
+                 "AND dedupe_key = :key"),
+            {"job": FOLD_JOB, "key": f"{FOLD_JOB}:{tenant.tenant_id}:{sid}"})
+    return int(count or 0)
+
+
+async def test_appends_past_the_threshold_queue_one_fold_job(
+    small: Resources, small_client: httpx.AsyncClient, tenant: TenantKey,
+) -> None:
+    sid = new_id()
+    await say(small_client, sid, 5)
+    assert await queued_folds(small, tenant, sid) == 0
+    await say(small_client, sid, 3, start=5)
+    assert await queued_folds(small, tenant, sid) == 1
+
+
+async def test_the_worker_folds_in_the_background_and_the_sweep_requeues(
+    small: Resources, tenant: TenantKey,
+) -> None:
+    sid = new_id()
+    async with make_client(small, tenant.headers) as client:
+        await say(client, sid, 7)
+        # The job is gone (as after its last try): only the sweep can queue it again.
+        async with small.engine.begin() as conn:
+            await conn.execute(text("DELETE FROM pgqueuer.pgqueuer WHERE dedupe_key = :key"),
+                               {"key": f"{FOLD_JOB}:{tenant.tenant_id}:{sid}"})
+        assert await requeue_stalled_folds(small) >= 1
+        assert await queued_folds(small, tenant, sid) == 1
+
+        worker = Worker(small, default_registry(), poll_interval=timedelta(seconds=1))
+        await worker.start()
+        try:
+            for _ in range(100):
+                session = await get_json(client, f"/v1/sessions/{sid}")
+                if session["cursor"]:
+                    break
+                await asyncio.sleep(0.1)
+        finally:
+            await worker.stop()
+    assert session["cursor"] == 4
+    assert session["health"]["state"] == "healthy"

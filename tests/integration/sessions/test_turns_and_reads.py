@@ -1,0 +1,244 @@
+"""Appending turns and reading sessions over HTTP: the log, the session's identity, bad
+input, tenancy, idempotent retries, and each context strategy."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from app.resources import Resources
+from tests.conftest import TenantKey, make_client
+from tests.integration.sessions.conftest import append, get_json, new_id, with_settings
+
+
+async def test_the_first_turn_creates_the_session_and_turns_are_numbered(
+    client: httpx.AsyncClient,
+) -> None:
+    sid = new_id()
+    first = await append(client, sid, "Hello, I am Dana.", user_id="u1", agent_id="a1")
+    second = await append(client, sid, "Hi Dana, how can I help?", role="assistant")
+
+    assert (first["seq"], second["seq"]) == (1, 2)
+    assert first["session_id"] == sid
+    assert (first["role"], first["content"], first["tokens"]) == ("user", "Hello, I am Dana.", 5)
+    assert (second["user_id"], second["agent_id"]) == (None, None)
+    session = await get_json(client, f"/v1/sessions/{sid}")
+    assert session["strategy"] == "rolling_summary"  # the default
+    assert (session["user_id"], session["agent_id"]) == ("u1", "a1")
+    assert session["counts"] == {"turns": 2, "unsummarised": 2, "summarised": 0, "dropped": 0}
+    assert session["cursor"] == 0
+    assert session["backlog"] == {"due": 0, "max": 10}
+    assert session["health"] == {"state": "healthy", "consecutive_failures": 0,
+                                 "last_error": None, "changed_at": None}
+    assert session["updated_at"] == second["created_at"]
+
+
+async def test_content_is_trimmed_and_kept_exactly_otherwise(client: httpx.AsyncClient) -> None:
+    sid = new_id()
+    text = "  Line one.\n\n  Ünïcödé — 東京 🙂  "
+    turn = await append(client, sid, text)
+    context = await get_json(client, f"/v1/sessions/{sid}/context")
+    assert turn["content"] == text.strip()
+    assert context["turns"][0]["content"] == text.strip()
+
+
+@pytest.mark.parametrize(("path", "field"), [
+    ("/v1/sessions/{sid}", None),
+    ("/v1/sessions/{sid}/context", None),
+    ("/v1/sessions/{sid}/events", None),
+])
+async def test_an_unknown_session_is_404(client: httpx.AsyncClient, path: str,
+                                         field: None) -> None:
+    resp = await client.get(path.format(sid=new_id()))
+    assert resp.status_code == 404
+    assert resp.headers["content-type"] == "application/problem+json"
+    assert "not found" in resp.json()["detail"]
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"role": "robot", "content": "x"}, "role"),
+    ({"content": "x"}, "role"),
+    ({"role": "user"}, "content"),
+    ({"role": "user", "content": "   "}, "content"),
+    ({"role": "user", "content": "x" * 32769}, "content"),
+    ({"role": "user", "content": "a\u0000b"}, "content"),
+    ({"role": "user", "content": "x", "user_id": ""}, "user_id"),
+    ({"role": "user", "content": "x", "agent_id": "a" * 256}, "agent_id"),
+    ({"role": "user", "content": "x", "strategy": "none"}, "strategy"),
+    ({"role": 1, "content": "x"}, "role"),
+])
+async def test_bad_turns_are_422_naming_the_field_and_change_nothing(
+    client: httpx.AsyncClient, body: dict[str, object], field: str,
+) -> None:
+    sid = new_id()
+    resp = await client.post(f"/v1/sessions/{sid}/turns", json=body)
+
+    assert resp.status_code == 422, resp.text
+    assert resp.headers["content-type"] == "application/problem+json"
+    assert field in [e["field"] for e in resp.json()["errors"]]
+    assert (await client.get(f"/v1/sessions/{sid}")).status_code == 404
+
+
+async def test_a_session_id_over_255_characters_is_422_naming_the_path(
+    client: httpx.AsyncClient,
+) -> None:
+    resp = await client.post(f"/v1/sessions/{'s' * 256}/turns",
+                             json={"role": "user", "content": "x"})
+    assert resp.status_code == 422
+    assert [e["field"] for e in resp.json()["errors"]] == ["path.session_id"]
+
+
+async def test_a_turn_naming_another_user_is_409_appends_nothing_and_is_recorded(
+    client: httpx.AsyncClient,
+) -> None:
+    sid = new_id()
+    await append(client, sid, "I am u1.", user_id="u1")
+
+    resp = await client.post(f"/v1/sessions/{sid}/turns",
+                             json={"role": "user", "content": "I am u2.", "user_id": "u2"})
+
+    assert resp.status_code == 409
+    problem = resp.json()
+    assert resp.headers["content-type"] == "application/problem+json"
+    assert problem["type"].endswith("/session_identity_conflict")
+    assert [e["field"] for e in problem["errors"]] == ["user_id"]
+    assert "'u1'" in problem["detail"]
+    assert "'u2'" in problem["detail"]
+    session = await get_json(client, f"/v1/sessions/{sid}")
+    assert session["counts"]["turns"] == 1
+    assert session["user_id"] == "u1"
+    events = (await get_json(client, f"/v1/sessions/{sid}/events"))["items"]
+    assert [e["kind"] for e in events] == ["identity_rejected"]
+    assert events[0]["detail"] == {"fields": {"user_id": "u2"}, "role": "user",
+                                   "session": {"user_id": "u1", "agent_id": None}}
+
+
+async def test_identity_is_adopted_from_the_first_turn_that_names_it(
+    client: httpx.AsyncClient,
+) -> None:
+    sid = new_id()
+    await append(client, sid, "anonymous start")
+    await append(client, sid, "now with an agent", role="assistant", agent_id="a1")
+    await append(client, sid, "and a user", user_id="u1")
+    await append(client, sid, "same agent again", role="assistant", agent_id="a1")
+    rejected = await append(client, sid, "other agent", role="assistant", agent_id="a2",
+                            expect=409)
+
+    assert [e["field"] for e in rejected["errors"]] == ["agent_id"]
+    session = await get_json(client, f"/v1/sessions/{sid}")
+    assert (session["user_id"], session["agent_id"]) == ("u1", "a1")
+    assert session["counts"]["turns"] == 4
+
+
+async def test_sessions_are_confined_to_their_tenant(
+    resources: Resources, client: httpx.AsyncClient, other_tenant: TenantKey,
+) -> None:
+    sid = new_id()
+    await append(client, sid, "tenant one's secret", user_id="u1")
+    async with make_client(resources, other_tenant.headers) as other:
+        for path in (f"/v1/sessions/{sid}", f"/v1/sessions/{sid}/context",
+                     f"/v1/sessions/{sid}/events"):
+            assert (await other.get(path)).status_code == 404
+        # The same id in another tenant is another session, with its own identity.
+        turn = await append(other, sid, "tenant two", user_id="someone-else")
+        assert turn["seq"] == 1
+        context = await get_json(other, f"/v1/sessions/{sid}/context")
+    assert [t["content"] for t in context["turns"]] == ["tenant two"]
+    assert (await get_json(client, f"/v1/sessions/{sid}"))["counts"]["turns"] == 1
+
+
+async def test_a_missing_or_wrong_key_is_401(anon_client: httpx.AsyncClient) -> None:
+    resp = await anon_client.post(f"/v1/sessions/{new_id()}/turns",
+                                  json={"role": "user", "content": "x"})
+    assert resp.status_code == 401
+    assert (await anon_client.get(f"/v1/sessions/{new_id()}")).status_code == 401
+
+
+async def test_a_retry_with_the_same_idempotency_key_appends_once(
+    client: httpx.AsyncClient,
+) -> None:
+    sid = new_id()
+    headers = {"Idempotency-Key": "turn-1"}
+    body = {"role": "user", "content": "only once", "user_id": "u1"}
+    first = await client.post(f"/v1/sessions/{sid}/turns", json=body, headers=headers)
+    retry = await client.post(f"/v1/sessions/{sid}/turns", json=body, headers=headers)
+
+    assert (first.status_code, retry.status_code) == (201, 201)
+    assert retry.content == first.content
+    assert retry.headers["idempotent-replayed"] == "true"
+    assert (await get_json(client, f"/v1/sessions/{sid}"))["counts"]["turns"] == 1
+    # The same key for another session's turn is another request.
+    other = await client.post(f"/v1/sessions/{new_id()}/turns", json=body, headers=headers)
+    assert other.status_code == 409
+
+
+async def test_truncation_shows_the_newest_turns_that_fit_the_budget(
+    resources: Resources, tenant: TenantKey,
+) -> None:
+    res = with_settings(resources, session_strategy="truncation", session_budget_tokens=10)
+    sid = new_id()
+    async with make_client(res, tenant.headers) as client:
+        for i in range(5):
+            await append(client, sid, f"turn number {i}")  # 4 tokens each
+        context = await get_json(client, f"/v1/sessions/{sid}/context")
+        session = await get_json(client, f"/v1/sessions/{sid}")
+
+    assert (context["strategy"], context["mode"]) == ("truncation", "truncation")
+    assert [t["seq"] for t in context["turns"]] == [4, 5]
+    assert (context["omitted_turns"], context["tokens"], context["budget_tokens"]) == (3, 8, 10)
+    assert (context["summary"], context["warning"]) == (None, None)
+    assert session["backlog"]["due"] == 0
+
+
+async def test_strategy_none_stores_turns_and_gives_an_empty_context(
+    resources: Resources, tenant: TenantKey,
+) -> None:
+    res = with_settings(resources, session_strategy="none")
+    sid = new_id()
+    async with make_client(res, tenant.headers) as client:
+        for i in range(3):
+            await append(client, sid, f"turn {i}")
+        context = await get_json(client, f"/v1/sessions/{sid}/context")
+        session = await get_json(client, f"/v1/sessions/{sid}")
+
+    assert context["mode"] == "none"
+    assert (context["turns"], context["summary"], context["tokens"]) == ([], None, 0)
+    assert session["counts"]["turns"] == 3
+
+
+async def test_a_session_keeps_the_strategy_it_was_created_with(
+    resources: Resources, tenant: TenantKey,
+) -> None:
+    sid = new_id()
+    async with make_client(with_settings(resources, session_strategy="none"),
+                           tenant.headers) as client:
+        await append(client, sid, "created under none")
+    async with make_client(with_settings(resources, session_strategy="truncation"),
+                           tenant.headers) as client:
+        await append(client, sid, "appended under truncation")
+        session = await get_json(client, f"/v1/sessions/{sid}")
+    assert session["strategy"] == "none"
+
+
+async def test_events_page_newest_first_without_repeats(client: httpx.AsyncClient) -> None:
+    sid = new_id()
+    await append(client, sid, "hello", user_id="u1")
+    for i in range(5):
+        await append(client, sid, f"intruder {i}", user_id=f"x{i}", expect=409)
+
+    seen: list[str] = []
+    cursor: str | None = None
+    while True:
+        params: dict[str, str | int] = {"limit": 2}
+        if cursor:
+            params["cursor"] = cursor
+        resp = await client.get(f"/v1/sessions/{sid}/events", params=params)
+        assert resp.status_code == 200
+        page = resp.json()
+        seen += [e["detail"]["fields"]["user_id"] for e in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == ["x4", "x3", "x2", "x1", "x0"]
+    bad = await client.get(f"/v1/sessions/{sid}/events", params={"cursor": "nonsense"})
+    assert bad.status_code == 422

@@ -1,0 +1,615 @@
+"""The pure session rules: the summariser-health state machine, fold arithmetic, the
+context strategies and fold warning, and the extractive and LLM summarisers.
+
+No database, no HTTP: every value is built in the test and every answer is exact.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from itertools import pairwise
+
+import pytest
+
+from app.providers.llm import LLMError
+from app.sessions.context import (
+    STRATEGIES,
+    NoContext,
+    RollingSummary,
+    Truncation,
+    estimate_tokens,
+    fold_warning,
+    newest_within,
+    strategy_in_force,
+)
+from app.sessions.folding import (
+    Chunk,
+    FoldPolicy,
+    backlog,
+    fold_is_near,
+    next_fold,
+    overflow,
+    turns_until_fold,
+)
+from app.sessions.health import (
+    Health,
+    HealthPolicy,
+    HealthState,
+    after_failure,
+    after_success,
+    next_try,
+)
+from app.sessions.summariser import (
+    SYSTEM,
+    ExtractiveSummariser,
+    LLMSummariser,
+    SummaryFailed,
+    fold_prompt,
+)
+from app.sessions.types import SessionState, StrategyName, TurnView
+
+T0 = datetime(2024, 1, 1, tzinfo=UTC)
+FOLD = FoldPolicy(threshold=6, recent=2, backlog_max=2)
+
+
+def turn(seq: int, content: str = "", *, role: str = "user", tokens: int = 1) -> TurnView:
+    return TurnView(
+        seq=seq, role=role, content=content, tokens=tokens, created_at=T0 + timedelta(seconds=seq)
+    )
+
+
+def session(
+    strategy: StrategyName = "rolling_summary",
+    *,
+    turns: int = 0,
+    cursor: int = 0,
+    summary: str | None = None,
+    health: Health | None = None,
+) -> SessionState:
+    return SessionState(
+        session_id="s1",
+        user_id="u1",
+        agent_id=None,
+        strategy=strategy,
+        turns=turns,
+        cursor=cursor,
+        dropped=0,
+        summary=summary,
+        summary_updated_at=None,
+        health=health or Health(),
+        last_error=None,
+        health_changed_at=None,
+        created_at=T0,
+        updated_at=T0,
+    )
+
+
+# --- health -------------------------------------------------------------------------
+
+POLICY = HealthPolicy(degrade_after=3, recover_after=2)
+
+
+@pytest.mark.parametrize(
+    ("before", "event", "policy", "after"),
+    [
+        pytest.param(Health(), "success", POLICY, Health(), id="healthy+success"),
+        pytest.param(
+            Health(), "failure", POLICY, Health("retry", failures=1), id="healthy+failure->retry"
+        ),
+        pytest.param(
+            Health("retry", failures=1),
+            "failure",
+            POLICY,
+            Health("retry", failures=2),
+            id="retry+failure-below-degrade_after",
+        ),
+        pytest.param(
+            Health("retry", failures=2),
+            "failure",
+            POLICY,
+            Health("degraded", failures=3),
+            id="retry+failure->degraded",
+        ),
+        pytest.param(
+            Health("retry", failures=2), "success", POLICY, Health(), id="retry+success->healthy"
+        ),
+        pytest.param(
+            Health("degraded", failures=3),
+            "failure",
+            POLICY,
+            Health("degraded", failures=4),
+            id="degraded+failure",
+        ),
+        pytest.param(
+            Health("degraded", failures=4),
+            "success",
+            POLICY,
+            Health("recovering", failures=0, successes=1),
+            id="degraded+success->recovering",
+        ),
+        pytest.param(
+            Health("recovering", successes=1),
+            "success",
+            POLICY,
+            Health(),
+            id="recovering+success->healthy",
+        ),
+        pytest.param(
+            Health("recovering", successes=1),
+            "failure",
+            POLICY,
+            Health("degraded", failures=1, successes=0),
+            id="recovering+failure->degraded",
+        ),
+        pytest.param(
+            Health(),
+            "failure",
+            HealthPolicy(degrade_after=1),
+            Health("degraded", failures=1),
+            id="degrade_after=1",
+        ),
+        pytest.param(
+            Health("degraded", failures=5),
+            "success",
+            HealthPolicy(recover_after=1),
+            Health(),
+            id="recover_after=1",
+        ),
+    ],
+)
+def test_health_transitions(
+    before: Health, event: str, policy: HealthPolicy, after: Health
+) -> None:
+    step = after_success if event == "success" else after_failure
+    assert step(before, policy) == after
+
+
+def test_health_walks_a_whole_cycle() -> None:
+    h = Health()
+    states: list[tuple[HealthState, int, int]] = []
+    for event in ("failure", "failure", "failure", "success", "success"):
+        h = after_success(h, POLICY) if event == "success" else after_failure(h, POLICY)
+        states.append((h.state, h.failures, h.successes))
+    assert states == [
+        ("retry", 1, 0),
+        ("retry", 2, 0),
+        ("degraded", 3, 0),
+        ("recovering", 0, 1),
+        ("healthy", 0, 0),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("state", "summarising"),
+    [("healthy", True), ("retry", True), ("degraded", False), ("recovering", True)],
+)
+def test_summarising_is_false_only_when_degraded(state: HealthState, summarising: bool) -> None:
+    assert Health(state).summarising is summarising
+
+
+def test_next_try_doubles_in_retry_and_caps_at_probe_interval() -> None:
+    policy = HealthPolicy(
+        degrade_after=10, retry_delay=timedelta(seconds=2), probe_interval=timedelta(seconds=30)
+    )
+    delays = [next_try(Health("retry", failures=n), policy).total_seconds() for n in range(1, 8)]
+    assert delays == [2, 4, 8, 16, 30, 30, 30]
+
+
+def test_next_try_follows_the_failures_reached_by_after_failure() -> None:
+    h = Health()
+    delays = []
+    for _ in range(4):
+        h = after_failure(h, POLICY)
+        delays.append(next_try(h, POLICY).total_seconds())
+    assert delays == [2, 4, 30, 30]  # retry, retry, then degraded: probe_interval
+
+
+def test_next_try_is_probe_interval_while_degraded() -> None:
+    policy = HealthPolicy(retry_delay=timedelta(seconds=1), probe_interval=timedelta(seconds=45))
+    assert next_try(Health("degraded", failures=1), policy) == timedelta(seconds=45)
+    assert next_try(Health("degraded", failures=99), policy) == timedelta(seconds=45)
+
+
+# --- folding ------------------------------------------------------------------------
+
+
+def test_fold_policy_size() -> None:
+    assert FOLD.size == 4
+    assert Chunk(5, 8).turns == 4
+
+
+@pytest.mark.parametrize("turns", [0, 1, 5])
+def test_no_fold_below_threshold(turns: int) -> None:
+    assert backlog(turns, 0, FOLD) == 0
+    assert next_fold(turns, 0, FOLD) is None
+    assert overflow(turns, 0, FOLD) == []
+
+
+def test_fold_at_threshold_takes_the_oldest_turns_past_the_cursor() -> None:
+    assert backlog(6, 0, FOLD) == 1
+    assert next_fold(6, 0, FOLD) == Chunk(1, 4)
+    assert next_fold(13, 7, FOLD) == Chunk(8, 11)  # 6 unsummarised past cursor 7
+    assert next_fold(12, 7, FOLD) is None  # only 5
+
+
+@pytest.mark.parametrize(
+    ("turns", "cursor", "expected"),
+    [(6, 0, 1), (9, 0, 1), (10, 0, 2), (13, 0, 2), (14, 0, 3), (14, 4, 2), (22, 0, 5)],
+)
+def test_backlog_counts_due_folds(turns: int, cursor: int, expected: int) -> None:
+    assert backlog(turns, cursor, FOLD) == expected
+
+
+def test_overflow_drops_the_oldest_chunks_beyond_backlog_max() -> None:
+    assert overflow(10, 0, FOLD) == []  # backlog 2 == backlog_max
+    assert overflow(14, 0, FOLD) == [Chunk(1, 4)]
+    chunks = overflow(22, 0, FOLD)
+    assert chunks == [Chunk(1, 4), Chunk(5, 8), Chunk(9, 12)]
+    assert overflow(25, 3, FOLD) == [Chunk(4, 7), Chunk(8, 11), Chunk(12, 15)]
+
+
+def test_after_overflow_the_backlog_equals_backlog_max() -> None:
+    for turns in range(0, 60):
+        for cursor in range(0, turns + 1):
+            chunks = overflow(turns, cursor, FOLD)
+            before = backlog(turns, cursor, FOLD)
+            if not chunks:
+                assert before <= FOLD.backlog_max
+                continue
+            # contiguous, oldest first, starting right after the cursor
+            assert chunks[0].first == cursor + 1
+            for a, b in pairwise(chunks):
+                assert b.first == a.last + 1
+            assert all(c.turns == FOLD.size for c in chunks)
+            assert backlog(turns, chunks[-1].last, FOLD) == FOLD.backlog_max
+
+
+@pytest.mark.parametrize(
+    ("turns", "until", "near"),
+    [(0, 6, False), (3, 3, False), (4, 2, True), (5, 1, True), (6, 0, True), (9, 0, True)],
+)
+def test_turns_until_fold_and_fold_is_near(turns: int, until: int, near: bool) -> None:
+    assert turns_until_fold(turns, 0, FOLD) == until
+    assert fold_is_near(turns, 0, FOLD) is near
+    # the same counts past a cursor
+    assert turns_until_fold(turns + 10, 10, FOLD) == until
+    assert fold_is_near(turns + 10, 10, FOLD) is near
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"threshold": 6, "recent": 6}, "recent"),
+        ({"threshold": 6, "recent": 7}, "recent"),
+        ({"threshold": 6, "recent": -1}, "recent"),
+        ({"threshold": 6, "recent": 2, "backlog_max": 0}, "backlog_max"),
+    ],
+)
+def test_fold_policy_refuses_bad_values(kwargs: dict[str, int], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        FoldPolicy(**kwargs)
+
+
+def test_fold_properties_over_many_turn_counts() -> None:
+    for policy in (
+        FOLD,
+        FoldPolicy(threshold=5, recent=0, backlog_max=1),
+        FoldPolicy(threshold=20, recent=10, backlog_max=10),
+    ):
+        for turns in range(0, 80):
+            for cursor in range(0, turns + 1):
+                due = backlog(turns, cursor, policy)
+                assert (due == 0) is (turns - cursor < policy.threshold)
+                fold = next_fold(turns, cursor, policy)
+                assert (fold is None) is (due == 0)
+                if fold is not None:
+                    assert fold == Chunk(cursor + 1, cursor + policy.size)
+                    assert fold.last <= turns - policy.recent
+                assert len(overflow(turns, cursor, policy)) == max(0, due - policy.backlog_max)
+
+
+# --- context ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "tokens"),
+    [("", 1), ("a", 1), ("abcd", 1), ("abcde", 2), ("abcdefgh", 2), ("x" * 401, 101)],
+)
+def test_estimate_tokens(text: str, tokens: int) -> None:
+    assert estimate_tokens(text) == tokens
+
+
+def test_newest_within_keeps_the_newest_that_fit_oldest_first() -> None:
+    turns = [turn(1, tokens=1), turn(2, tokens=5), turn(3, tokens=2), turn(4, tokens=3)]
+    assert [t.seq for t in newest_within(turns, 5)] == [3, 4]
+    assert [t.seq for t in newest_within(turns, 11)] == [1, 2, 3, 4]
+    assert newest_within(turns, 2) == ()
+    assert newest_within([], 100) == ()
+
+
+def test_newest_within_stops_at_the_first_turn_that_does_not_fit() -> None:
+    turns = [turn(1, tokens=1), turn(2, tokens=9), turn(3, tokens=2)]
+    # turn 1 would fit the 3 left after turn 3, but turn 2 does not: no hole
+    assert [t.seq for t in newest_within(turns, 5)] == [3]
+
+
+def test_no_context_is_empty() -> None:
+    s = session("none", turns=5)
+    parts = NoContext().build(s, [turn(i) for i in range(1, 6)], 100)
+    assert NoContext().reads_after(s) is None
+    assert (parts.mode, parts.summary, parts.turns, parts.omitted, parts.tokens) == (
+        "none",
+        None,
+        (),
+        0,
+        0,
+    )
+
+
+def test_truncation_omits_every_session_turn_not_kept() -> None:
+    s = session("truncation", turns=10, cursor=4, summary="ignored")
+    shown = [turn(i, tokens=3) for i in range(6, 11)]  # the caller capped to the newest 5
+    parts = Truncation().build(s, shown, 10)
+    assert Truncation().reads_after(s) == 0
+    assert parts.mode == "truncation"
+    assert parts.summary is None
+    assert [t.seq for t in parts.turns] == [8, 9, 10]
+    assert parts.omitted == 7  # 10 session turns - 3 kept
+    assert parts.tokens == 9
+
+
+def test_rolling_summary_puts_the_summary_first_and_fills_the_rest() -> None:
+    summary = "x" * 20  # 5 tokens
+    s = session(turns=12, cursor=8, summary=summary)
+    past_cursor = [turn(i, tokens=2) for i in range(9, 13)]
+    parts = RollingSummary().build(s, past_cursor, 10)
+    assert RollingSummary().reads_after(s) == 8
+    assert parts.mode == "rolling_summary"
+    assert parts.summary == summary
+    assert [t.seq for t in parts.turns] == [11, 12]  # 5 tokens left: two turns of 2
+    assert parts.omitted == 2  # 4 turns past the cursor, 2 shown
+    assert parts.tokens == 9
+
+
+def test_rolling_summary_without_summary_uses_the_whole_budget() -> None:
+    s = session(turns=3, cursor=0, summary=None)
+    parts = RollingSummary().build(s, [turn(i, tokens=2) for i in range(1, 4)], 6)
+    assert parts.summary is None
+    assert [t.seq for t in parts.turns] == [1, 2, 3]
+    assert (parts.omitted, parts.tokens) == (0, 6)
+
+
+def test_rolling_summary_larger_than_the_budget_shows_no_turn() -> None:
+    s = session(turns=10, cursor=8, summary="y" * 40)  # 10 tokens
+    parts = RollingSummary().build(s, [turn(9), turn(10)], 4)
+    assert parts.turns == ()
+    assert parts.omitted == 2
+    assert parts.tokens == 10  # the summary is never cut
+
+
+def test_strategies_are_keyed_by_name() -> None:
+    assert set(STRATEGIES) == {"none", "truncation", "rolling_summary"}
+    assert all(name == strategy.name for name, strategy in STRATEGIES.items())
+
+
+@pytest.mark.parametrize(
+    ("strategy", "state", "in_force"),
+    [
+        ("rolling_summary", "healthy", "rolling_summary"),
+        ("rolling_summary", "retry", "rolling_summary"),
+        ("rolling_summary", "recovering", "rolling_summary"),
+        ("rolling_summary", "degraded", "truncation"),
+        ("truncation", "degraded", "truncation"),
+        ("none", "degraded", "none"),
+        ("none", "healthy", "none"),
+    ],
+)
+def test_strategy_in_force(
+    strategy: StrategyName, state: HealthState, in_force: StrategyName
+) -> None:
+    s = session(strategy, health=Health(state))
+    assert strategy_in_force(s).name == in_force
+
+
+@pytest.mark.parametrize("strategy", ["truncation", "none"])
+def test_no_fold_warning_without_rolling_summary(strategy: StrategyName) -> None:
+    assert fold_warning(session(strategy, turns=6), FOLD) is None
+
+
+@pytest.mark.parametrize(
+    ("turns", "cursor", "when"),
+    [
+        (0, 0, None),
+        (3, 0, None),
+        (13, 10, None),
+        (4, 0, "in 2 turns"),
+        (5, 0, "in 1 turn"),
+        (6, 0, "now"),
+        (9, 0, "now"),
+        (15, 10, "in 1 turn"),
+    ],
+)
+def test_fold_warning(turns: int, cursor: int, when: str | None) -> None:
+    warning = fold_warning(session(turns=turns, cursor=cursor), FOLD)
+    if when is None:
+        assert warning is None
+        return
+    assert warning == (
+        f"The oldest turns of this session will be summarised {when}; store anything "
+        "critical from them as a memory (POST /v1/memories) first."
+    )
+    assert "POST /v1/memories" in warning
+
+
+# --- summarisers --------------------------------------------------------------------
+
+
+async def test_extractive_keeps_fact_bearing_sentences_as_bullets() -> None:
+    turns = [
+        turn(1, "hello there. Alice lives in Paris. thanks a lot.", role="user"),
+        turn(2, "ok sure. The meeting is at 10:30.", role="assistant"),
+        turn(3, "sounds good. we meet tomorrow.", role="user"),
+    ]
+    out = await ExtractiveSummariser().fold(None, turns, 1000)
+    assert out == (
+        "- user: Alice lives in Paris.\n"
+        "- assistant: The meeting is at 10:30.\n"
+        "- user: we meet tomorrow."
+    )
+
+
+async def test_extractive_appends_after_the_previous_summary() -> None:
+    previous = "- user: Bob owns 3 cats.\n- assistant: Noted for 2024."
+    out = await ExtractiveSummariser().fold(
+        previous, [turn(4, "The vet is Dr Smith.", role="user")], 1000
+    )
+    assert out == previous + "\n- user: The vet is Dr Smith."
+
+
+async def test_extractive_keeps_the_first_sentence_of_a_turn_without_facts() -> None:
+    out = await ExtractiveSummariser().fold(
+        None, [turn(1, "That sounds good. We can talk later.", role="assistant")], 1000
+    )
+    assert out == "- assistant: That sounds good."
+
+
+async def test_extractive_does_not_repeat_a_sentence_within_one_fold() -> None:
+    turns = [
+        turn(1, "Alice is 30.", role="user"),
+        turn(2, "alice  is 30. Bob is 40.", role="assistant"),
+    ]
+    out = await ExtractiveSummariser().fold(None, turns, 1000)
+    assert out == "- user: Alice is 30.\n- assistant: Bob is 40."
+
+
+async def test_extractive_does_not_repeat_a_later_sentence_of_the_summary() -> None:
+    previous = "- user: Alice lives in Paris. She was born in 1990."
+    out = await ExtractiveSummariser().fold(
+        previous, [turn(2, "She was born in 1990. Bob is 40.")], 1000
+    )
+    assert out == previous + "\n- user: Bob is 40."
+
+
+async def test_extractive_does_not_repeat_the_first_sentence_of_a_summary_line() -> None:
+    # The summary's own bullets, folded again: "Alice lives in Paris." is already there
+    # (as the first sentence of its bullet) and must not come back.
+    summariser = ExtractiveSummariser()
+    first = await summariser.fold(None, [turn(1, "Alice lives in Paris.")], 1000)
+    assert first == "- user: Alice lives in Paris."
+    second = await summariser.fold(first, [turn(2, "Alice lives in Paris. Bob is 40.")], 1000)
+    assert second == "- user: Alice lives in Paris.\n- user: Bob is 40."
+
+
+async def test_extractive_drops_the_oldest_lines_when_full() -> None:
+    turns = [turn(i, f"Order {i} costs {i}0 euros.") for i in range(1, 6)]
+    line = "- user: Order 1 costs 10 euros."  # every line is this long
+    full = await ExtractiveSummariser().fold(None, turns, 1000)
+    assert full.splitlines()[0] == line
+    assert len(full) == 5 * len(line) + 4
+
+    max_chars = 3 * len(line) + 2  # exactly three lines
+    out = await ExtractiveSummariser().fold(None, turns, max_chars)
+    assert out.splitlines() == [f"- user: Order {i} costs {i}0 euros." for i in (3, 4, 5)]
+    assert len(out) == max_chars
+
+    out = await ExtractiveSummariser().fold(None, turns, max_chars - 1)
+    assert out.splitlines() == [f"- user: Order {i} costs {i}0 euros." for i in (4, 5)]
+    assert len(out) <= max_chars - 1
+
+
+async def test_extractive_drops_previous_summary_lines_before_new_ones() -> None:
+    previous = "- user: Carol is 50.\n- user: Dave is 60."
+    out = await ExtractiveSummariser().fold(previous, [turn(3, "Erin is 70.")], 40)
+    assert out == "- user: Dave is 60.\n- user: Erin is 70."
+    assert len(out) <= 40
+
+
+async def test_extractive_result_never_exceeds_max_chars() -> None:
+    turns = [
+        turn(i, f"Item {i} weighs {i * 7} kg. Ship it to Berlin on May {i}.") for i in range(1, 12)
+    ]
+    for max_chars in (10, 25, 50, 80, 200, 500):
+        out = await ExtractiveSummariser().fold("- user: Zed is 1.", turns, max_chars)
+        assert len(out) <= max_chars
+        assert out  # the newest line, clipped if need be, always fits
+
+
+class FakeLLM:
+    """Answers `answer`, or raises `error`; records every prompt it was given."""
+
+    def __init__(self, answer: str = "", error: BaseException | None = None) -> None:
+        self.answer = answer
+        self.error = error
+        self.calls: list[tuple[str, str]] = []
+
+    async def complete(self, system: str, user: str) -> str:
+        self.calls.append((system, user))
+        if self.error is not None:
+            raise self.error
+        return self.answer
+
+
+async def test_llm_summariser_sends_the_summary_and_the_turns() -> None:
+    llm = FakeLLM("  Alice lives in Paris; Bob is 40.  ")
+    turns = [
+        turn(3, "Alice lives\n in   Paris.", role="user"),
+        turn(4, "Bob is 40.", role="assistant"),
+    ]
+    out = await LLMSummariser(llm).fold("Earlier: Carol is 50.", turns, 500)
+    assert out == "Alice lives in Paris; Bob is 40."
+    assert len(llm.calls) == 1
+    system, user = llm.calls[0]
+    assert system == SYSTEM
+    assert user == fold_prompt("Earlier: Carol is 50.", turns, 500)
+    assert user == (
+        "Summary so far (at most 500 characters wanted):\n"
+        "Earlier: Carol is 50.\n\nNew turns, oldest first:\n\n"
+        "user: Alice lives in Paris.\nassistant: Bob is 40."
+    )
+
+
+async def test_llm_summariser_prompt_without_previous_summary() -> None:
+    llm = FakeLLM("Dana is 20.")
+    await LLMSummariser(llm).fold(None, [turn(1, "Dana is 20.")], 100)
+    assert "(none yet)" in llm.calls[0][1]
+
+
+async def test_llm_summariser_clips_the_answer_to_max_chars() -> None:
+    llm = FakeLLM("alpha beta gamma delta epsilon")
+    out = await LLMSummariser(llm).fold(None, [turn(1, "x")], 20)
+    assert out == "alpha beta gamma\u2026"
+    assert len(out) <= 20
+
+
+async def test_llm_error_becomes_summary_failed_with_its_code() -> None:
+    llm = FakeLLM(error=LLMError("upstream said 500", code="llm_http_error"))
+    with pytest.raises(SummaryFailed) as caught:
+        await LLMSummariser(llm).fold(None, [turn(1, "x")], 100)
+    assert caught.value.code == "llm_http_error"
+    assert caught.value.detail == "upstream said 500"
+    assert isinstance(caught.value.__cause__, LLMError)
+
+
+async def test_timeout_becomes_summary_failed_llm_timeout() -> None:
+    llm = FakeLLM(error=TimeoutError())
+    with pytest.raises(SummaryFailed) as caught:
+        await LLMSummariser(llm).fold(None, [turn(1, "x")], 100)
+    assert caught.value.code == "llm_timeout"
+
+
+@pytest.mark.parametrize("answer", ["", "   \n\t ", "\x00\x00", " \x00 \n"])
+async def test_empty_answer_becomes_summary_failed(answer: str) -> None:
+    with pytest.raises(SummaryFailed) as caught:
+        await LLMSummariser(FakeLLM(answer)).fold(None, [turn(1, "x")], 100)
+    assert caught.value.code == "llm_empty_answer"
+
+
+async def test_nul_characters_are_stripped_from_the_answer() -> None:
+    out = await LLMSummariser(FakeLLM("Eve\x00 is\x00 25.\x00")).fold(None, [turn(1, "x")], 100)
+    assert out == "Eve is 25."
+    assert "\x00" not in out
+
+
+def test_summary_failed_carries_code_and_detail() -> None:
+    err = SummaryFailed("llm_timeout", "slow")
+    assert (err.code, err.detail, str(err)) == ("llm_timeout", "slow", "llm_timeout: slow")
