@@ -1,4 +1,5 @@
-"""Prometheus metrics: request counts and latencies by route, recorded by a thin ASGI layer."""
+"""Prometheus metrics: request counts and latencies by route, recorded by a thin ASGI layer,
+and the sessions' folds and events."""
 
 from __future__ import annotations
 
@@ -20,6 +21,13 @@ REQUESTS = Counter("engram_http_requests_total", "HTTP requests answered",
 LATENCY = Histogram("engram_http_request_seconds", "HTTP request latency",
                     ["method", "route"], registry=REGISTRY,
                     buckets=(0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10))
+# Sessions' background work, so an operator sees a failing summariser without reading
+# every session's events.
+SESSION_FOLDS = Counter("engram_session_folds_total",
+                        "Session folds tried: saved, failed (the summariser), or discarded "
+                        "(its turns were dropped meanwhile)", ["outcome"], registry=REGISTRY)
+SESSION_EVENTS = Counter("engram_session_events_total", "Session events recorded", ["kind"],
+                         registry=REGISTRY)
 
 
 def render_metrics() -> tuple[bytes, str]:

@@ -18,6 +18,7 @@ from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.service.metrics import SESSION_FOLDS
 from app.sessions.folding import FoldPolicy, next_fold
 from app.sessions.health import Health, HealthPolicy, after_failure, after_success, next_try
 from app.sessions.repository import SessionRepository
@@ -89,6 +90,7 @@ class SessionFolder:
                 repository = SessionRepository(db, self.tenant_id)
                 locked = await repository.get(self.session_id, lock=True)
                 if locked is None or locked.cursor != state.cursor:
+                    SESSION_FOLDS.labels("discarded").inc()
                     continue  # folds were dropped meanwhile: read the next due one again
                 if isinstance(summary, SummaryFailed):
                     health = after_failure(locked.health, self.health)
@@ -100,6 +102,8 @@ class SessionFolder:
                     await repository.save_fold(self.session_id, chunk.last, summary, health,
                                                health.state != locked.health.state)
                 await self._record(repository, locked.health, health, summary)
+            SESSION_FOLDS.labels(
+                "failed" if isinstance(summary, SummaryFailed) else "saved").inc()
             if isinstance(summary, SummaryFailed):
                 log.warning("session %s: fold of turns %d-%d failed (%s), health %s",
                             self.session_id, chunk.first, chunk.last, summary,

@@ -12,12 +12,13 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, insert, select, text, tuple_, update
+from sqlalchemy import delete, func, insert, select, text, tuple_, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.ids import uuid7
 from app.models import ChatSession, SessionEvent, SessionTurn
+from app.service.metrics import SESSION_EVENTS
 from app.sessions.folding import Chunk
 from app.sessions.health import Health, HealthState
 from app.sessions.types import SessionState, StrategyName, TurnView
@@ -63,16 +64,16 @@ class SessionRepository:
 
     async def lock_or_create(self, session_id: str, strategy: StrategyName) -> SessionState:
         """The session's row, locked until the transaction ends; created first if new."""
-        found = await self.get(session_id, lock=True)
-        if found is not None:
-            return found
-        await self.session.execute(
-            pg_insert(ChatSession)
-            .values(tenant_id=self.tenant_id, session_id=session_id, strategy=strategy)
-            .on_conflict_do_nothing())
-        created = await self.get(session_id, lock=True)
-        assert created is not None  # inserted above, or by a racing request that committed
-        return created
+        while True:
+            found = await self.get(session_id, lock=True)
+            if found is not None:
+                return found
+            # Nothing is inserted when a racing request created it first; and a racing
+            # delete may remove it again before it is locked: hence the loop.
+            await self.session.execute(
+                pg_insert(ChatSession)
+                .values(tenant_id=self.tenant_id, session_id=session_id, strategy=strategy)
+                .on_conflict_do_nothing())
 
     async def append(self, state: SessionState, role: str, content: str,
                      user_id: str | None, agent_id: str | None, tokens: int) -> TurnView:
@@ -121,11 +122,18 @@ class SessionRepository:
             values["health_changed_at"] = func.now()
         return values
 
+    async def delete(self, session_id: str) -> bool:
+        """Delete the session with its turns and events (the foreign keys cascade)."""
+        result = await self.session.execute(
+            delete(ChatSession).where(self._this(session_id)).returning(ChatSession.session_id))
+        return result.first() is not None
+
     async def add_event(self, session_id: str, kind: str, detail: Mapping[str, Any]) -> None:
         await self.session.execute(
             insert(SessionEvent).values(tenant_id=self.tenant_id, id=uuid7(),
                                         session_id=session_id, kind=kind,
                                         detail=dict(detail)))
+        SESSION_EVENTS.labels(kind).inc()
 
     async def newest_turns(self, session_id: str, after: int, limit: int) -> list[TurnView]:
         """Up to `limit` of the newest turns with seq > `after`, oldest first."""

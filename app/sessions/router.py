@@ -72,6 +72,17 @@ async def get_session(session_id: SessionId, request: Request, session: SessionD
     return await _service(request, session, caller).get(session_id)
 
 
+@router.delete("/{session_id}", operation_id="deleteSession",
+               summary="Delete a session with its turns, summary and events",
+               status_code=204, response_class=Response, responses=problems(404),
+               description="Memories stored with this `session_id` are not touched: they are "
+               "deleted through the memory endpoints.")
+async def delete_session(session_id: SessionId, request: Request, session: SessionDep,
+                         caller: CallerDep) -> Response:
+    await _service(request, session, caller).delete(session_id)
+    return Response(status_code=204)
+
+
 @router.get("/{session_id}/events", operation_id="listSessionEvents",
             summary="A session's events, newest first: health changes, dropped folds, "
                     "refused turns",

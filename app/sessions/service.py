@@ -158,6 +158,11 @@ class SessionService:
             budget_tokens=self.budget_tokens, warning=fold_warning(state, self.folds),
             health=_health(state))
 
+    async def delete(self, session_id: str) -> None:
+        if not await self.repository.delete(session_id):
+            raise NotFound(f"session {session_id!r} not found")
+        log.info("session %s deleted", session_id)
+
     async def events(self, session_id: str, limit: int, cursor: str | None) -> SessionEventPage:
         after = decode_cursor(cursor) if cursor is not None else None
         await self._state(session_id)

@@ -16,6 +16,7 @@ from sqlalchemy import text
 
 from app.providers.llm import ChatCompletionsClient
 from app.resources import Resources
+from app.service.metrics import REGISTRY
 from app.sessions import folder as folder_module
 from app.sessions.config import fold_policy, health_policy
 from app.sessions.folder import FOLD_JOB, SessionFolder
@@ -412,3 +413,28 @@ async def test_the_worker_folds_in_the_background_and_the_sweep_requeues(
             await worker.stop()
     assert session["cursor"] == 4
     assert session["health"]["state"] == "healthy"
+
+
+def sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def test_folds_and_events_are_counted_in_the_metrics(
+    llm_small: Resources, llm_server: FakeLLMServer, tenant: TenantKey,
+) -> None:
+    before = (sample("engram_session_folds_total", outcome="saved"),
+              sample("engram_session_folds_total", outcome="failed"),
+              sample("engram_session_events_total", kind="health_changed"))
+    sid = new_id()
+    async with make_client(llm_small, tenant.headers) as client:
+        await say(client, sid, 7)
+        llm_server.script(Fail(500))
+        await fold(llm_small, tenant, sid)  # failed: healthy -> retry
+        await fold(llm_small, tenant, sid)  # saved: retry -> healthy
+        exposed = (await client.get("/metrics")).text
+
+    after = (sample("engram_session_folds_total", outcome="saved"),
+             sample("engram_session_folds_total", outcome="failed"),
+             sample("engram_session_events_total", kind="health_changed"))
+    assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1, 2]
+    assert 'engram_session_folds_total{outcome="saved"}' in exposed

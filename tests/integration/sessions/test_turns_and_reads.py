@@ -3,8 +3,11 @@ input, tenancy, idempotent retries, and each context strategy."""
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 import pytest
+from sqlalchemy import text
 
 from app.resources import Resources
 from tests.conftest import TenantKey, make_client
@@ -242,3 +245,53 @@ async def test_events_page_newest_first_without_repeats(client: httpx.AsyncClien
     assert seen == ["x4", "x3", "x2", "x1", "x0"]
     bad = await client.get(f"/v1/sessions/{sid}/events", params={"cursor": "nonsense"})
     assert bad.status_code == 422
+
+
+async def test_deleting_a_session_removes_its_log_and_events_and_nothing_else(
+    client: httpx.AsyncClient, resources: Resources, tenant: TenantKey,
+) -> None:
+    sid = new_id()
+    await append(client, sid, "to be forgotten", user_id="u1")
+    await append(client, sid, "intruder", user_id="u2", expect=409)
+    memory = await client.post("/v1/memories", json={"content": "kept", "session_id": sid})
+    assert memory.status_code == 201
+
+    resp = await client.delete(f"/v1/sessions/{sid}")
+
+    assert resp.status_code == 204
+    for path in (f"/v1/sessions/{sid}", f"/v1/sessions/{sid}/context",
+                 f"/v1/sessions/{sid}/events"):
+        assert (await client.get(path)).status_code == 404
+    async with resources.engine.connect() as conn:
+        left = await conn.scalar(text(
+            "SELECT (SELECT count(*) FROM session_turns WHERE tenant_id = :t AND session_id = :s)"
+            " + (SELECT count(*) FROM session_events WHERE tenant_id = :t AND session_id = :s)"),
+            {"t": tenant.tenant_id, "s": sid})
+    assert left == 0
+    assert (await client.get(f"/v1/memories/{memory.json()['id']}")).status_code == 200
+    assert (await client.delete(f"/v1/sessions/{sid}")).status_code == 404
+    # The id can be used again: a new session, numbered from 1.
+    assert (await append(client, sid, "a fresh start", user_id="u2"))["seq"] == 1
+
+
+async def test_another_tenant_cannot_delete_a_session(
+    resources: Resources, client: httpx.AsyncClient, other_tenant: TenantKey,
+) -> None:
+    sid = new_id()
+    await append(client, sid, "mine")
+    async with make_client(resources, other_tenant.headers) as other:
+        assert (await other.delete(f"/v1/sessions/{sid}")).status_code == 404
+    assert (await get_json(client, f"/v1/sessions/{sid}"))["counts"]["turns"] == 1
+
+
+async def test_concurrent_appends_get_consecutive_numbers_without_gaps(
+    client: httpx.AsyncClient,
+) -> None:
+    sid = new_id()  # new: the racing first turns must create one session between them
+    turns = await asyncio.gather(*(append(client, sid, f"racing turn {i}")
+                                   for i in range(20)))
+
+    assert sorted(t["seq"] for t in turns) == list(range(1, 21))
+    context = await get_json(client, f"/v1/sessions/{sid}/context")
+    assert [t["seq"] for t in context["turns"]] == list(range(1, 21))
+    assert {t["content"] for t in context["turns"]} == {f"racing turn {i}" for i in range(20)}
