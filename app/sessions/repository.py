@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, text, tuple_, update
+from sqlalchemy import ColumnElement, delete, func, insert, select, text, tuple_, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -50,7 +50,7 @@ class SessionRepository:
         self.session = session
         self.tenant_id = tenant_id
 
-    def _this(self, session_id: str) -> Any:
+    def _this(self, session_id: str) -> ColumnElement[bool]:
         return (ChatSession.tenant_id == self.tenant_id) & (ChatSession.session_id == session_id)
 
     async def get(self, session_id: str, *, lock: bool = False) -> SessionState | None:

@@ -59,9 +59,13 @@ async def append_turn(
 @router.get("/{session_id}/context", operation_id="getSessionContext",
             summary="What an agent puts in its prompt for this session",
             response_model=SessionContext, responses=problems(404))
-async def get_session_context(session_id: SessionId, request: Request, session: SessionDep,
-                              caller: CallerDep) -> SessionContext:
-    return await _service(request, session, caller).context(session_id)
+async def get_session_context(
+    session_id: SessionId, request: Request, session: SessionDep, caller: CallerDep,
+    budget_tokens: Annotated[int | None, Query(
+        ge=1, le=1_000_000, description="This call's budget in estimated tokens (4 "
+        "characters each); default ENGRAM_SESSION_BUDGET_TOKENS.")] = None,
+) -> SessionContext:
+    return await _service(request, session, caller).context(session_id, budget_tokens)
 
 
 @router.get("/{session_id}", operation_id="getSession",

@@ -144,18 +144,19 @@ class SessionService:
             health=_health(s), summary_updated_at=s.summary_updated_at,
             created_at=s.created_at, updated_at=s.updated_at)
 
-    async def context(self, session_id: str) -> SessionContext:
+    async def context(self, session_id: str, budget_tokens: int | None = None) -> SessionContext:
+        budget = budget_tokens if budget_tokens is not None else self.budget_tokens
         state = await self._state(session_id)
         strategy = strategy_in_force(state)
         after = strategy.reads_after(state)
         turns = ([] if after is None else
                  await self.repository.newest_turns(session_id, after, CONTEXT_MAX_TURNS))
-        parts = strategy.build(state, turns, self.budget_tokens)
+        parts = strategy.build(state, turns, budget)
         return SessionContext(
             session_id=session_id, strategy=state.strategy, mode=parts.mode,
             summary=parts.summary, turns=[_turn(t) for t in parts.turns],
             omitted_turns=parts.omitted, tokens=parts.tokens,
-            budget_tokens=self.budget_tokens, warning=fold_warning(state, self.folds),
+            budget_tokens=budget, warning=fold_warning(state, self.folds),
             health=_health(state))
 
     async def delete(self, session_id: str) -> None:

@@ -22,18 +22,18 @@ def default_registry() -> JobRegistry:
 
 
 async def recover(resources: Resources) -> None:
-    """Mark work a crash cut off, or a queued run whose job is gone; logged, never fatal
-    (the next sweep retries)."""
+    """Mark work a crash cut off, or a queued run whose job is gone, and queue the fold of
+    sessions left with one due; logged, never fatal (the next sweep retries)."""
     from app.consolidation.runs import fail_abandoned_runs
     from app.sessions.jobs import requeue_stalled_folds
 
     try:
-        queued = await requeue_stalled_folds(resources)
+        due = await requeue_stalled_folds(resources)
     except Exception:
         log.exception("queueing stalled session folds failed")
     else:
-        if queued:
-            log.info("queued the fold of %d sessions with folds due", queued)
+        # Every minute while a summariser is down: not worth more than debug.
+        log.debug("%d sessions with folds due; their fold jobs are queued", due)
     try:
         failed = await fail_abandoned_runs(resources.sessionmaker)
     except Exception:

@@ -295,3 +295,23 @@ async def test_concurrent_appends_get_consecutive_numbers_without_gaps(
     context = await get_json(client, f"/v1/sessions/{sid}/context")
     assert [t["seq"] for t in context["turns"]] == list(range(1, 21))
     assert {t["content"] for t in context["turns"]} == {f"racing turn {i}" for i in range(20)}
+
+
+async def test_a_context_call_may_bring_its_own_budget(
+    resources: Resources, tenant: TenantKey,
+) -> None:
+    res = with_settings(resources, session_strategy="truncation")
+    sid = new_id()
+    async with make_client(res, tenant.headers) as client:
+        for i in range(5):
+            await append(client, sid, f"turn number {i}")  # 4 tokens each
+        narrow = await get_json(client, f"/v1/sessions/{sid}/context?budget_tokens=9")
+        default = await get_json(client, f"/v1/sessions/{sid}/context")
+        bad = [await client.get(f"/v1/sessions/{sid}/context", params={"budget_tokens": v})
+               for v in ("0", "1000001", "many")]
+
+    assert ([t["seq"] for t in narrow["turns"]], narrow["budget_tokens"]) == ([4, 5], 9)
+    assert (len(default["turns"]), default["budget_tokens"]) == (5, 2000)
+    for resp in bad:
+        assert resp.status_code == 422
+        assert [e["field"] for e in resp.json()["errors"]] == ["query.budget_tokens"]
