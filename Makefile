@@ -47,6 +47,7 @@ bench: $(STAMP) ## run every benchmark (prints numbers; takes tens of minutes)
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/search.py
 	$(BIN)/python bench/reads.py
+	$(BIN)/python bench/sessions.py
 	$(BIN)/python bench/consolidate.py
 	$(BIN)/python -m bench.retrieval_eval
 
