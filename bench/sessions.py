@@ -25,8 +25,8 @@ time, --requests of each (after --warmup not counted):
   POST /v1/sessions/{new}/turns    the first turn of a new session (creates its row).
 Prints p50/p95 per request, with the CPU milliseconds per request of the service process
 and of PostgreSQL and the cores other processes kept busy meanwhile (a shared machine's
-load shows there), the server log's warnings and errors if any, and with --json the
-figures as JSON too.
+load shows there); the session table's row updates over the run and how many were HOT;
+the server log's warnings and errors if any; and with --json the figures as JSON too.
 
 Run: `HF_HUB_OFFLINE=1 .venv/bin/python bench/sessions.py` (about a minute on 2 idle
 cores, most of it seeding).
@@ -156,10 +156,27 @@ async def run(args: argparse.Namespace, cleanup: ing.Cleanup) -> dict[str, Any]:
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
         await ing.wait_ready(proc, client, log_path, 120.0)
     try:
-        return await measure(args, port, log_path, env, ing.CpuProbe(pm_pid, proc.pid))
+        out = await measure(args, port, log_path, env, ing.CpuProbe(pm_pid, proc.pid))
+        out["sessions_table"] = await table_stats(url)
+        return out
     except BaseException:
         print(f"server log, last lines:\n{ing.tail(log_path)}", file=sys.stderr)
         raise
+
+
+async def table_stats(url: str) -> dict[str, int]:
+    """The session table's row updates, how many were HOT (in place, no index entry), and
+    its dead row versions, as PostgreSQL counted them over the whole run."""
+    await asyncio.sleep(1.5)  # backends send their counts at most once a second
+    conn = await ing.connect(url)
+    try:
+        row = await conn.fetchrow(
+            "SELECT n_tup_upd, n_tup_hot_upd, n_dead_tup, n_live_tup"
+            " FROM pg_stat_user_tables WHERE relname = 'sessions'")
+    finally:
+        await conn.close()
+    return {"updates": row["n_tup_upd"], "hot_updates": row["n_tup_hot_upd"],
+            "dead_rows": row["n_dead_tup"], "live_rows": row["n_live_tup"]}
 
 
 def cpu_per_request(cpu: dict[str, float], n: int) -> dict[str, float]:
@@ -274,6 +291,9 @@ def report(out: dict[str, Any]) -> str:
     for what, r in out["results"].items():
         lines.append(f"| {what} | {r['p50']:.2f} | {r['p95']:.2f} | {r['server_cpu_ms']:.2f} "
                      f"| {r['pg_cpu_ms']:.2f} | {r['other_cores']:.2f} |")
+    t = out["sessions_table"]
+    lines.append(f"sessions table: {t['updates']:,} row updates, {t['hot_updates']:,} HOT; "
+                 f"{t['dead_rows']:,} dead and {t['live_rows']:,} live rows at the end")
     problems = out["server_log_problems"]
     lines.append(f"server log: {len(problems)} warning/error lines")
     lines += [f"  {line[:300]}" for line in problems[:10]]
@@ -305,7 +325,8 @@ def main() -> int:
     print(report(out))
     if args.json:
         print(json.dumps({k: out[k] for k in ("seeding", "fold_catch_up", "after_seeding",
-                                              "after_measuring", "context", "results")},
+                                              "after_measuring", "context", "results",
+                                              "sessions_table")},
                          indent=2))
     return 0
 

@@ -79,6 +79,8 @@ class SessionFolder:
                     return FoldOutcome(saved, None)
                 chunk = next_fold(state.turns, state.cursor, self.folds)
                 if chunk is None:
+                    if state.fold_due_since is not None:
+                        await self._clear_flag()
                     return FoldOutcome(saved, None)
                 turns = await repository.turns_in(self.session_id, chunk)
             try:
@@ -99,8 +101,10 @@ class SessionFolder:
                                                   str(summary)[:1000])
                 else:
                     health = after_success(locked.health, self.health)
-                    await repository.save_fold(self.session_id, chunk.last, summary, health,
-                                               health.state != locked.health.state)
+                    await repository.save_fold(
+                        self.session_id, chunk.last, summary, health,
+                        health.state != locked.health.state,
+                        more_due=next_fold(locked.turns, chunk.last, self.folds) is not None)
                 await self._record(repository, locked.health, health, summary)
             SESSION_FOLDS.labels(
                 "failed" if isinstance(summary, SummaryFailed) else "saved").inc()
@@ -111,6 +115,16 @@ class SessionFolder:
                 return FoldOutcome(saved, next_try(health, self.health))
             saved += 1
         return FoldOutcome(saved, None, more=True)
+
+    async def _clear_flag(self) -> None:
+        """Nothing is due (a flag set before a threshold was raised, or by migration 0016):
+        clear it, checking under the lock that no append made a fold due meanwhile."""
+        async with self.maker.begin() as db:
+            repository = SessionRepository(db, self.tenant_id)
+            locked = await repository.get(self.session_id, lock=True)
+            if locked is not None and next_fold(locked.turns, locked.cursor,
+                                                self.folds) is None:
+                await repository.clear_fold_due(self.session_id)
 
     async def _record(self, repository: SessionRepository, before: Health, after: Health,
                       summary: str | SummaryFailed) -> None:

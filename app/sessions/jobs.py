@@ -47,8 +47,7 @@ async def requeue_stalled_folds(resources: Resources) -> int:
     """Queue the fold job of sessions with a fold due and no job (a job that gave up, or
     an append that came while its job was finishing); already queued ones are skipped."""
     async with resources.sessionmaker.begin() as db:
-        stalled = await stalled_folds(db, resources.settings.session_fold_threshold,
-                                      SWEEP_BATCH)
+        stalled = await stalled_folds(db, SWEEP_BATCH)
         for tenant_id, session_id in stalled:
             await enqueue_fold(db, tenant_id, session_id)
     return len(stalled)

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, delete, func, insert, select, text, tuple_, update
+from sqlalchemy import ColumnElement, delete, func, insert, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -37,7 +37,8 @@ def _state(row: ChatSession) -> SessionState:
         summary_updated_at=row.summary_updated_at,
         health=Health(health_state, row.health_failures, row.health_successes),
         last_error=row.last_error, health_changed_at=row.health_changed_at,
-        created_at=row.created_at, updated_at=row.updated_at)
+        created_at=row.created_at, updated_at=row.updated_at,
+        fold_due_since=row.fold_due_since)
 
 
 def _turn(row: Any) -> TurnView:
@@ -93,17 +94,33 @@ class SessionRepository:
                     updated_at=func.now()))
         return _turn(row)
 
+    async def mark_fold_due(self, session_id: str) -> None:
+        """Flag the session for the sweep, unless it is flagged already (so an append while
+        a fold is due changes no indexed column)."""
+        await self.session.execute(
+            update(ChatSession)
+            .where(self._this(session_id), ChatSession.fold_due_since.is_(None))
+            .values(fold_due_since=func.now()))
+
+    async def clear_fold_due(self, session_id: str) -> None:
+        await self.session.execute(
+            update(ChatSession)
+            .where(self._this(session_id), ChatSession.fold_due_since.is_not(None))
+            .values(fold_due_since=None))
+
     async def drop_folds(self, session_id: str, cursor: int, dropped: int) -> None:
         await self.session.execute(
             update(ChatSession).where(self._this(session_id))
             .values(cursor=cursor, dropped_turns=ChatSession.dropped_turns + dropped))
 
     async def save_fold(self, session_id: str, cursor: int, summary: str,
-                        health: Health, changed: bool) -> None:
+                        health: Health, changed: bool, *, more_due: bool) -> None:
+        values = self._health(health, changed, None)
+        if not more_due:
+            values["fold_due_since"] = None
         await self.session.execute(
             update(ChatSession).where(self._this(session_id))
-            .values(cursor=cursor, summary=summary, summary_updated_at=func.now(),
-                    **self._health(health, changed, None)))
+            .values(cursor=cursor, summary=summary, summary_updated_at=func.now(), **values))
 
     async def save_failure(self, session_id: str, health: Health, changed: bool,
                            error: str) -> None:
@@ -167,13 +184,12 @@ class SessionRepository:
         return (await self.session.execute(stmt)).scalars().all()
 
 
-async def stalled_folds(session: AsyncSession, threshold: int,
-                        limit: int) -> list[tuple[uuid.UUID, str]]:
-    """Rolling-summary sessions, in any tenant, with a fold due: the sweep queues their
-    fold job again (a job that gave up, or an append whose job was still finishing)."""
+async def stalled_folds(session: AsyncSession, limit: int) -> list[tuple[uuid.UUID, str]]:
+    """Sessions, in any tenant, flagged with a fold due, longest waiting first: the sweep
+    queues their fold job again (a job that gave up, or an append whose job was still
+    finishing)."""
     rows = await session.execute(
-        text("SELECT tenant_id, session_id FROM sessions"
-             " WHERE strategy = 'rolling_summary' AND turn_count - cursor >= :threshold"
-             " ORDER BY updated_at LIMIT :limit"),
-        {"threshold": threshold, "limit": limit})
+        select(ChatSession.tenant_id, ChatSession.session_id)
+        .where(ChatSession.fold_due_since.is_not(None))
+        .order_by(ChatSession.fold_due_since).limit(limit))
     return [(r.tenant_id, r.session_id) for r in rows]

@@ -121,6 +121,8 @@ class SessionService:
             state = replace(state, cursor=cursor,
                             dropped=state.dropped + cursor - state.cursor)
         if backlog(state.turns, state.cursor, self.folds):
+            if state.fold_due_since is None:
+                await self.repository.mark_fold_due(state.session_id)
             await enqueue_fold(self._db, self.repository.tenant_id, state.session_id)
         return state
 

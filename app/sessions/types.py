@@ -41,3 +41,4 @@ class SessionState:
     health_changed_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    fold_due_since: datetime | None = None  # a fold was due when last looked at
