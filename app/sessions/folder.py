@@ -75,9 +75,10 @@ class SessionFolder:
             async with self.maker() as db:
                 repository = SessionRepository(db, self.tenant_id)
                 state = await repository.get(self.session_id)
-                if state is None or state.strategy != "rolling_summary":
+                if state is None:
                     return FoldOutcome(saved, None)
-                chunk = next_fold(state.turns, state.cursor, self.folds)
+                chunk = (next_fold(state.turns, state.cursor, self.folds)
+                         if state.strategy == "rolling_summary" else None)
                 if chunk is None:
                     if state.fold_due_since is not None:
                         await self._clear_flag()
@@ -117,13 +118,15 @@ class SessionFolder:
         return FoldOutcome(saved, None, more=True)
 
     async def _clear_flag(self) -> None:
-        """Nothing is due (a flag set before a threshold was raised, or by migration 0016):
-        clear it, checking under the lock that no append made a fold due meanwhile."""
+        """Nothing is due (a flag set before a threshold was raised or the session left
+        `rolling_summary`, or by migration 0016): clear it, checking under the lock that no
+        append made a fold due meanwhile."""
         async with self.maker.begin() as db:
             repository = SessionRepository(db, self.tenant_id)
             locked = await repository.get(self.session_id, lock=True)
-            if locked is not None and next_fold(locked.turns, locked.cursor,
-                                                self.folds) is None:
+            if locked is not None and (
+                    locked.strategy != "rolling_summary"
+                    or next_fold(locked.turns, locked.cursor, self.folds) is None):
                 await repository.clear_fold_due(self.session_id)
 
     async def _record(self, repository: SessionRepository, before: Health, after: Health,

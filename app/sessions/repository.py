@@ -94,6 +94,11 @@ class SessionRepository:
                     updated_at=func.now()))
         return _turn(row)
 
+    async def set_strategy(self, session_id: str, strategy: StrategyName) -> None:
+        await self.session.execute(
+            update(ChatSession).where(self._this(session_id))
+            .values(strategy=strategy, updated_at=func.now()))
+
     async def mark_fold_due(self, session_id: str) -> None:
         """Flag the session for the sweep, unless it is flagged already (so an append while
         a fold is due changes no indexed column)."""

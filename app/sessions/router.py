@@ -5,13 +5,21 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi.responses import JSONResponse
 
 from app.deps import CallerDep, SessionDep, problems
 from app.errors import problem_response
 from app.idempotency.http import IdempotencyKey, keyed_create
 from app.sessions.config import fold_policy
 from app.sessions.repository import SessionRepository
-from app.sessions.schemas import AppendedTurn, Session, SessionContext, SessionEventPage, TurnCreate
+from app.sessions.schemas import (
+    AppendedTurn,
+    Session,
+    SessionConfig,
+    SessionContext,
+    SessionEventPage,
+    TurnCreate,
+)
 from app.sessions.service import IdentityRejected, SessionService
 from app.validation import ScopeId
 
@@ -54,6 +62,18 @@ async def append_turn(
         request, session, caller, idempotency_key, "appendTurn",
         lambda: {"session_id": session_id, **body.model_dump(mode="json", exclude_unset=True)},
         produce)
+
+
+@router.put(
+    "/{session_id}", operation_id="configureSession",
+    summary="Create a session with a context strategy, or change its strategy",
+    response_model=Session, responses={
+        201: {"model": Session, "description": "Created"}, **problems()},
+)
+async def configure_session(session_id: SessionId, body: SessionConfig, request: Request,
+                            session: SessionDep, caller: CallerDep) -> Response:
+    created, answer = await _service(request, session, caller).configure(session_id, body)
+    return JSONResponse(answer.model_dump(mode="json"), status_code=201 if created else 200)
 
 
 @router.get("/{session_id}/context", operation_id="getSessionContext",

@@ -26,6 +26,20 @@ class TurnCreate(BaseModel):
     agent_id: ScopeId | None = None
 
 
+class SessionConfig(BaseModel):
+    """How a session builds its context. Without one, a session's first turn creates it
+    with the service's default strategy (ENGRAM_SESSION_STRATEGY)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    strategy: StrategyName = Field(description=(
+        "`none`: turns are stored, the context is empty; `truncation`: the newest turns "
+        "that fit the budget; `rolling_summary`: a summary of the older turns, kept in the "
+        "background, and the newest ones. Switching to `rolling_summary` folds the log "
+        "from the cursor; past the backlog's bound the oldest turns leave the context "
+        "unsummarised (a `backlog_overflow` event)."))
+
+
 class Turn(BaseModel):
     seq: int = Field(description="The turn's place in the session's log, from 1.")
     role: Role
@@ -100,7 +114,7 @@ class SessionContext(BaseModel):
 class SessionEventItem(BaseModel):
     id: uuid.UUID
     kind: str = Field(description=(
-        "health_changed, backlog_overflow or identity_rejected."))
+        "health_changed, backlog_overflow, identity_rejected or strategy_changed."))
     detail: dict[str, Any]
     created_at: datetime
 

@@ -18,6 +18,7 @@ from app.sessions.schemas import (
     AppendedTurn,
     Session,
     SessionBacklog,
+    SessionConfig,
     SessionContext,
     SessionCounts,
     SessionEventItem,
@@ -103,7 +104,11 @@ class SessionService:
                             warning=fold_warning(state, self.folds))
 
     async def _after_append(self, state: SessionState, turns: int) -> SessionState:
-        state = replace(state, turns=turns)
+        return await self._settle_folds(replace(state, turns=turns))
+
+    async def _settle_folds(self, state: SessionState) -> SessionState:
+        """Drop the folds past the backlog's bound, and flag and queue the fold when one is
+        due; in the transaction that locked `state`."""
         if state.strategy != "rolling_summary":
             return state
         dropped = overflow(state.turns, state.cursor, self.folds)
@@ -125,6 +130,28 @@ class SessionService:
                 await self.repository.mark_fold_due(state.session_id)
             await enqueue_fold(self._db, self.repository.tenant_id, state.session_id)
         return state
+
+    async def configure(self, session_id: str, config: SessionConfig) -> tuple[bool, Session]:
+        """Create the session with `config`, or change an existing one's strategy; whether it
+        was created, and the session.
+
+        A session switched to `rolling_summary` starts folding from its cursor: past the
+        backlog's bound its oldest turns are dropped from the context, as when a degraded
+        summariser's backlog overflows (with the same events); the rest are folded.
+        """
+        state = await self.repository.get(session_id, lock=True)
+        created = state is None
+        if state is None:
+            state = await self.repository.lock_or_create(session_id, config.strategy)
+        if state.strategy != config.strategy:
+            await self.repository.set_strategy(session_id, config.strategy)
+            await self.repository.add_event(session_id, "strategy_changed", {
+                "from": state.strategy, "to": config.strategy})
+            log.info("session %s: strategy %s -> %s", session_id, state.strategy,
+                     config.strategy)
+            state = replace(state, strategy=config.strategy)
+        await self._settle_folds(state)
+        return created, await self.get(session_id)
 
     async def _state(self, session_id: str) -> SessionState:
         state = await self.repository.get(session_id)

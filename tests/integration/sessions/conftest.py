@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import text
 
 from app.resources import Resources
 from app.sessions.folder import FoldOutcome
@@ -61,3 +62,10 @@ async def fold(resources: Resources, tenant: TenantKey, session_id: str) -> Fold
 
 def new_id() -> str:
     return f"s-{uuid.uuid4().hex[:10]}"
+
+
+async def fold_due_since(resources: Resources, tenant: TenantKey, sid: str) -> object:
+    async with resources.engine.connect() as conn:
+        return await conn.scalar(
+            text("SELECT fold_due_since FROM sessions WHERE tenant_id = :t AND session_id = :s"),
+            {"t": tenant.tenant_id, "s": sid})

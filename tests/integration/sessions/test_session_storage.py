@@ -15,7 +15,14 @@ from app.sessions import folder as folder_module
 from app.sessions.jobs import requeue_stalled_folds
 from app.sessions.repository import stalled_folds
 from tests.conftest import TenantKey, make_client
-from tests.integration.sessions.conftest import SMALL, append, fold, new_id, with_settings
+from tests.integration.sessions.conftest import (
+    SMALL,
+    append,
+    fold,
+    fold_due_since,
+    new_id,
+    with_settings,
+)
 
 # What an append while no fold is due changes in the session row (app/sessions/repository.py
 # append(); lock_or_create's lock changes no column).
@@ -38,13 +45,6 @@ async def test_no_index_covers_a_column_an_append_changes(resources: Resources) 
         assert not [c for c in APPEND_CHANGES if re.search(rf"\b{c}\b", covered)], definition
     # Room on each page for the new version of a row, which a HOT update needs.
     assert options == ["fillfactor=70"]
-
-
-async def fold_due_since(resources: Resources, tenant: TenantKey, sid: str) -> object:
-    async with resources.engine.connect() as conn:
-        return await conn.scalar(
-            text("SELECT fold_due_since FROM sessions WHERE tenant_id = :t AND session_id = :s"),
-            {"t": tenant.tenant_id, "s": sid})
 
 
 async def flagged(resources: Resources) -> set[tuple[uuid.UUID, str]]:
