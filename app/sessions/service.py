@@ -1,5 +1,6 @@
 """The session rules: appending a turn (identity, the fold backlog, queueing the fold),
-and reading a session, its context and its events."""
+choosing a session's strategy, deleting it, and reading a session, its context and its
+events."""
 
 from __future__ import annotations
 

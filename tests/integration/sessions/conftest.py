@@ -3,9 +3,10 @@ a session's fold in the test (the worker's job body, without the queue)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import httpx
@@ -13,8 +14,10 @@ import pytest
 from sqlalchemy import text
 
 from app.resources import Resources
-from app.sessions.folder import FoldOutcome
+from app.sessions.folder import FoldOutcome, SessionFolder
 from app.sessions.jobs import folder_for
+from app.sessions.summariser import Summariser
+from app.sessions.types import TurnView
 from tests.conftest import TenantKey, make_client
 
 # A fold is due at 6 unsummarised turns and takes the oldest 4, leaving 2; two folds may
@@ -60,6 +63,14 @@ async def fold(resources: Resources, tenant: TenantKey, session_id: str) -> Fold
     return await folder_for(resources, tenant.tenant_id, session_id).run()
 
 
+def folder_with(resources: Resources, tenant: TenantKey, session_id: str,
+                summariser: Summariser) -> SessionFolder:
+    """The session's fold as the job builds it, with a summariser the test controls."""
+    folder = folder_for(resources, tenant.tenant_id, session_id)
+    folder.summariser = summariser
+    return folder
+
+
 def new_id() -> str:
     return f"s-{uuid.uuid4().hex[:10]}"
 
@@ -69,3 +80,18 @@ async def fold_due_since(resources: Resources, tenant: TenantKey, sid: str) -> o
         return await conn.scalar(
             text("SELECT fold_due_since FROM sessions WHERE tenant_id = :t AND session_id = :s"),
             {"t": tenant.tenant_id, "s": sid})
+
+
+class GatedSummariser:
+    """Holds its fold until released, so a test can change the session meanwhile."""
+
+    name = "gated"
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def fold(self, summary: str | None, turns: Sequence[TurnView], max_chars: int) -> str:
+        self.started.set()
+        await self.release.wait()
+        return "stale: " + ",".join(str(t.seq) for t in turns)

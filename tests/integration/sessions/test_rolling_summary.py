@@ -18,8 +18,7 @@ from app.providers.llm import ChatCompletionsClient
 from app.resources import Resources
 from app.service.metrics import REGISTRY
 from app.sessions import folder as folder_module
-from app.sessions.config import fold_policy, health_policy
-from app.sessions.folder import FOLD_JOB, SessionFolder
+from app.sessions.folder import FOLD_JOB
 from app.sessions.jobs import requeue_stalled_folds
 from app.sessions.summariser import ExtractiveSummariser
 from app.sessions.types import TurnView
@@ -29,8 +28,10 @@ from tests.conftest import TenantKey, make_client
 from tests.fakes.llm_server import Deterministic, Fail, FakeLLMServer, Garbage, Hang, Reply
 from tests.integration.sessions.conftest import (
     SMALL,
+    GatedSummariser,
     append,
     fold,
+    folder_with,
     get_json,
     new_id,
     with_settings,
@@ -95,9 +96,7 @@ async def test_each_turn_is_folded_once_in_order_across_folds(
 ) -> None:
     sid = new_id()
     counting = CountingSummariser()
-    folder = SessionFolder(small.sessionmaker, tenant.tenant_id, sid, summariser=counting,
-                           folds=fold_policy(small.settings), health=health_policy(small.settings),
-                           max_chars=4000)
+    folder = folder_with(small, tenant, sid, counting)
     await say(small_client, sid, 7)
     assert (await folder.run()).folds == 1
     assert (await folder.run()).folds == 0  # nothing due: a second delivery does nothing
@@ -295,29 +294,12 @@ async def test_a_full_backlog_drops_the_oldest_fold_and_records_it(
     assert "(turn 9)" in context["summary"]
 
 
-class GatedSummariser:
-    """Holds its fold until released, so a test can change the session meanwhile."""
-
-    name = "gated"
-
-    def __init__(self) -> None:
-        self.started = asyncio.Event()
-        self.release = asyncio.Event()
-
-    async def fold(self, summary: str | None, turns: Sequence[TurnView], max_chars: int) -> str:
-        self.started.set()
-        await self.release.wait()
-        return "stale: " + ",".join(str(t.seq) for t in turns)
-
-
 async def test_a_fold_whose_turns_were_dropped_meanwhile_is_discarded(
     small: Resources, small_client: httpx.AsyncClient, tenant: TenantKey,
 ) -> None:
     sid = new_id()
     gated = GatedSummariser()
-    folder = SessionFolder(small.sessionmaker, tenant.tenant_id, sid, summariser=gated,
-                           folds=fold_policy(small.settings),
-                           health=health_policy(small.settings), max_chars=4000)
+    folder = folder_with(small, tenant, sid, gated)
     await say(small_client, sid, 6)
     running = asyncio.create_task(folder.run())
     await asyncio.wait_for(gated.started.wait(), 5)
@@ -346,9 +328,7 @@ async def test_an_unexpected_summariser_error_changes_nothing_and_reaches_the_jo
 
     sid = new_id()
     await say(small_client, sid, 6)
-    folder = SessionFolder(small.sessionmaker, tenant.tenant_id, sid, summariser=Broken(),
-                           folds=fold_policy(small.settings),
-                           health=health_policy(small.settings), max_chars=4000)
+    folder = folder_with(small, tenant, sid, Broken())
     with pytest.raises(RuntimeError):
         await folder.run()
     session = await get_json(small_client, f"/v1/sessions/{sid}")

@@ -3,12 +3,22 @@ session, with what each switch does to its folds."""
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 import pytest
 
 from app.resources import Resources
 from tests.conftest import TenantKey, make_client
-from tests.integration.sessions.conftest import append, fold, fold_due_since, get_json, new_id
+from tests.integration.sessions.conftest import (
+    GatedSummariser,
+    append,
+    fold,
+    fold_due_since,
+    folder_with,
+    get_json,
+    new_id,
+)
 
 
 async def configure(client: httpx.AsyncClient, sid: str, strategy: str,
@@ -111,3 +121,24 @@ async def test_another_tenants_session_is_not_reconfigured(
     async with make_client(resources, other_tenant.headers) as other:
         assert (await configure(other, sid, "none", 201))["strategy"] == "none"
     assert (await get_json(client, f"/v1/sessions/{sid}"))["strategy"] == "truncation"
+
+
+async def test_a_fold_in_flight_when_the_strategy_switches_is_discarded(
+    small: Resources, small_client: httpx.AsyncClient, tenant: TenantKey,
+) -> None:
+    sid = new_id()
+    gated = GatedSummariser()
+    folder = folder_with(small, tenant, sid, gated)
+    for i in range(6):
+        await append(small_client, sid, f"turn {i}")
+    running = asyncio.create_task(folder.run())
+    await asyncio.wait_for(gated.started.wait(), 5)
+    await configure(small_client, sid, "truncation", 200)
+    gated.release.set()
+
+    outcome = await asyncio.wait_for(running, 10)
+
+    assert outcome.folds == 0
+    session = await get_json(small_client, f"/v1/sessions/{sid}")
+    assert (session["cursor"], session["summary_updated_at"]) == (0, None)
+    assert await fold_due_since(small, tenant, sid) is None
