@@ -1,4 +1,5 @@
-"""Opaque keyset cursors for newest-first paging: (created_at, id) of the last row served."""
+"""Opaque keyset cursors for newest-first paging: (created_at, key) of the last row served,
+the key a row's uuid (memories, runs, events) or its text id (sessions)."""
 
 from __future__ import annotations
 
@@ -10,18 +11,30 @@ from datetime import UTC, datetime
 from app.errors import ValidationFailed
 
 
-def encode_cursor(created_at: datetime, memory_id: uuid.UUID) -> str:
-    raw = json.dumps([created_at.isoformat(), str(memory_id)], separators=(",", ":"))
+def encode_cursor(created_at: datetime, key: uuid.UUID | str) -> str:
+    raw = json.dumps([created_at.isoformat(), str(key)], separators=(",", ":"))
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+def _invalid() -> ValidationFailed:
+    return ValidationFailed.on("query.cursor", "is not a cursor this service issued")
+
+
+def decode_text_cursor(cursor: str) -> tuple[datetime, str]:
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
-        created_raw, id_raw = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        created_raw, key = json.loads(base64.urlsafe_b64decode(padded.encode()))
         created_at = datetime.fromisoformat(created_raw)
-        if created_at.tzinfo is None:
-            raise ValueError("naive timestamp")
-        return created_at.astimezone(UTC), uuid.UUID(id_raw)
+        if created_at.tzinfo is None or not isinstance(key, str):
+            raise ValueError("naive timestamp or no key")
+        return created_at.astimezone(UTC), key
     except (ValueError, TypeError, OverflowError, UnicodeDecodeError) as exc:
-        raise ValidationFailed.on("query.cursor", "is not a cursor this service issued") from exc
+        raise _invalid() from exc
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    created_at, key = decode_text_cursor(cursor)
+    try:
+        return created_at, uuid.UUID(key)
+    except ValueError as exc:
+        raise _invalid() from exc

@@ -44,6 +44,12 @@ class ChatSession(Base):
         # write a new index entry for each append (no HOT update).
         Index("ix_sessions_fold_due", "fold_due_since",
               postgresql_where=text("fold_due_since IS NOT NULL")),
+        # Listing, newest first: the tenant's sessions, or one user's. An append writes the
+        # user it already has (set once, by the first turn naming it), which keeps HOT.
+        Index("ix_sessions_tenant_created", "tenant_id", text("created_at DESC"),
+              text("session_id DESC")),
+        Index("ix_sessions_tenant_user_created", "tenant_id", "user_id", text("created_at DESC"),
+              text("session_id DESC"), postgresql_where=text("user_id IS NOT NULL")),
     )
 
     tenant_id: Mapped[uuid.UUID] = mapped_column(

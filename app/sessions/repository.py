@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -44,6 +45,14 @@ def _state(row: ChatSession) -> SessionState:
 def _turn(row: Any) -> TurnView:
     return TurnView(seq=row.seq, role=row.role, content=row.content, tokens=row.tokens,
                     created_at=row.created_at, user_id=row.user_id, agent_id=row.agent_id)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionFilter:
+    user_id: str | None = None
+    agent_id: str | None = None
+    strategy: StrategyName | None = None
+    health: HealthState | None = None
 
 
 class SessionRepository:
@@ -174,6 +183,24 @@ class SessionRepository:
                    SessionTurn.seq.between(chunk.first, chunk.last))
             .order_by(SessionTurn.seq))).all()
         return [_turn(r) for r in rows]
+
+    async def list(self, filters: SessionFilter, limit: int,
+                   after: tuple[datetime, str] | None) -> list[SessionState]:
+        """Up to `limit` sessions, newest first (created_at, then id), after the cursor
+        position `after`."""
+        stmt = (select(ChatSession).where(ChatSession.tenant_id == self.tenant_id)
+                .order_by(ChatSession.created_at.desc(), ChatSession.session_id.desc())
+                .limit(limit))
+        for column, value in ((ChatSession.user_id, filters.user_id),
+                              (ChatSession.agent_id, filters.agent_id),
+                              (ChatSession.strategy, filters.strategy),
+                              (ChatSession.health, filters.health)):
+            if value is not None:
+                stmt = stmt.where(column == value)
+        if after is not None:
+            stmt = stmt.where(tuple_(ChatSession.created_at, ChatSession.session_id)
+                              < tuple_(*after))
+        return [_state(row) for row in (await self.session.execute(stmt)).scalars()]
 
     async def events(self, session_id: str, limit: int,
                      after: tuple[datetime, uuid.UUID] | None) -> Sequence[SessionEvent]:

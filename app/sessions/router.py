@@ -8,19 +8,22 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from app.deps import CallerDep, SessionDep, problems
-from app.errors import problem_response
+from app.errors import ValidationFailed, problem_response
 from app.idempotency.http import IdempotencyKey, keyed_create
 from app.sessions.config import fold_policy
-from app.sessions.repository import SessionRepository
+from app.sessions.health import HealthState
+from app.sessions.repository import SessionFilter, SessionRepository
 from app.sessions.schemas import (
     AppendedTurn,
     Session,
     SessionConfig,
     SessionContext,
     SessionEventPage,
+    SessionPage,
     TurnCreate,
 )
 from app.sessions.service import IdentityRejected, SessionService
+from app.sessions.types import StrategyName
 from app.validation import ScopeId
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
@@ -34,6 +37,29 @@ def _service(request: Request, session: SessionDep, caller: CallerDep) -> Sessio
     return SessionService(SessionRepository(session, caller.tenant_id),
                           strategy=settings.session_strategy, folds=fold_policy(settings),
                           budget_tokens=settings.session_budget_tokens)
+
+
+LIST_PARAMS = frozenset({"user_id", "agent_id", "strategy", "health", "limit", "cursor"})
+
+
+@router.get("", operation_id="listSessions", summary="List sessions, newest first",
+            response_model=SessionPage, responses=problems())
+async def list_sessions(
+    request: Request, session: SessionDep, caller: CallerDep,
+    user_id: Annotated[ScopeId | None, Query()] = None,
+    agent_id: Annotated[ScopeId | None, Query()] = None,
+    strategy: Annotated[StrategyName | None, Query()] = None,
+    health: Annotated[HealthState | None, Query(
+        description="The summariser's health, e.g. `degraded`.")] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(max_length=512)] = None,
+) -> SessionPage:
+    unknown = sorted(set(request.query_params) - LIST_PARAMS)
+    if unknown:
+        raise ValidationFailed.on(f"query.{unknown[0]}", "is not a known parameter")
+    filters = SessionFilter(user_id=user_id, agent_id=agent_id, strategy=strategy,
+                            health=health)
+    return await _service(request, session, caller).list(filters, limit, cursor)
 
 
 @router.post(

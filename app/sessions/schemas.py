@@ -95,6 +95,12 @@ class Session(BaseModel):
     updated_at: datetime
 
 
+class SessionPage(BaseModel):
+    items: list[Session]
+    next_cursor: str | None = Field(
+        description="Pass as `cursor` to read the next page; null on the last page.")
+
+
 class SessionContext(BaseModel):
     session_id: str
     strategy: StrategyName

@@ -1,6 +1,6 @@
 """The session rules: appending a turn (identity, the fold backlog, queueing the fold),
-choosing a session's strategy, deleting it, and reading a session, its context and its
-events."""
+choosing a session's strategy, deleting it, and reading sessions, a session's context
+and its events."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from dataclasses import dataclass, replace
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.errors import FieldError, NotFound
-from app.memories.cursor import decode_cursor, encode_cursor
+from app.memories.cursor import decode_cursor, decode_text_cursor, encode_cursor
 from app.sessions.context import estimate_tokens, fold_warning, strategy_in_force
 from app.sessions.folder import enqueue_fold
 from app.sessions.folding import FoldPolicy, backlog, overflow
-from app.sessions.repository import SessionRepository
+from app.sessions.repository import SessionFilter, SessionRepository
 from app.sessions.schemas import (
     AppendedTurn,
     Session,
@@ -25,6 +25,7 @@ from app.sessions.schemas import (
     SessionEventItem,
     SessionEventPage,
     SessionHealth,
+    SessionPage,
     Turn,
     TurnCreate,
 )
@@ -160,8 +161,7 @@ class SessionService:
             raise NotFound(f"session {session_id!r} not found")
         return state
 
-    async def get(self, session_id: str) -> Session:
-        s = await self._state(session_id)
+    def _answer(self, s: SessionState) -> Session:
         return Session(
             session_id=s.session_id, user_id=s.user_id, agent_id=s.agent_id,
             strategy=s.strategy, cursor=s.cursor,
@@ -173,6 +173,17 @@ class SessionService:
                 max=self.folds.backlog_max),
             health=_health(s), summary_updated_at=s.summary_updated_at,
             created_at=s.created_at, updated_at=s.updated_at)
+
+    async def get(self, session_id: str) -> Session:
+        return self._answer(await self._state(session_id))
+
+    async def list(self, filters: SessionFilter, limit: int, cursor: str | None) -> SessionPage:
+        after = decode_text_cursor(cursor) if cursor is not None else None
+        rows = await self.repository.list(filters, limit + 1, after)
+        page = rows[:limit]
+        next_cursor = (encode_cursor(page[-1].created_at, page[-1].session_id)
+                       if len(rows) > limit else None)
+        return SessionPage(items=[self._answer(s) for s in page], next_cursor=next_cursor)
 
     async def context(self, session_id: str, budget_tokens: int | None = None) -> SessionContext:
         budget = budget_tokens if budget_tokens is not None else self.budget_tokens
