@@ -22,9 +22,9 @@ from app.consolidation.schemas import (
     ConsolidationResult,
     ConsolidationTimings,
 )
+from app.cursors import decode_cursor, encode_cursor
 from app.errors import Conflict, NotFound, ValidationFailed
 from app.ids import uuid7
-from app.memories.cursor import decode_cursor, encode_cursor
 from app.models import ConsolidationRun
 from app.resources import Resources
 from app.worker.queue import enqueue

@@ -7,9 +7,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from app.cursors import decode_cursor, encode_cursor
 from app.errors import NotFound, ValidationFailed
 from app.ids import uuid7
-from app.memories.cursor import decode_cursor, encode_cursor
 from app.memories.repository import MemoryFilter, MemoryReader, MemoryRepository
 from app.memories.schemas import Memory, MemoryCreate, MemoryPage, MemoryUpdate
 from app.providers.embedder import Embedder

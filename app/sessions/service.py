@@ -9,8 +9,8 @@ from dataclasses import dataclass, replace
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.cursors import decode_cursor, decode_text_cursor, encode_cursor
 from app.errors import FieldError, NotFound
-from app.memories.cursor import decode_cursor, decode_text_cursor, encode_cursor
 from app.sessions.context import estimate_tokens, fold_warning, strategy_in_force
 from app.sessions.folder import enqueue_fold
 from app.sessions.folding import FoldPolicy, backlog, overflow

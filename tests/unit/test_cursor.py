@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
+from app.cursors import decode_cursor, encode_cursor
 from app.errors import ValidationFailed
-from app.memories.cursor import decode_cursor, encode_cursor
 
 
 @pytest.mark.parametrize(
