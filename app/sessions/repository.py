@@ -175,6 +175,17 @@ class SessionRepository:
             .order_by(SessionTurn.seq.desc()).limit(limit))).all()
         return [_turn(r) for r in reversed(rows)]
 
+    async def turns_before(self, session_id: str, before: int | None,
+                           limit: int) -> list[TurnView]:
+        """Up to `limit` turns, newest first, with seq < `before` when given."""
+        stmt = (select(*_TURN_COLUMNS)
+                .where(SessionTurn.tenant_id == self.tenant_id,
+                       SessionTurn.session_id == session_id)
+                .order_by(SessionTurn.seq.desc()).limit(limit))
+        if before is not None:
+            stmt = stmt.where(SessionTurn.seq < before)
+        return [_turn(r) for r in (await self.session.execute(stmt)).all()]
+
     async def turns_in(self, session_id: str, chunk: Chunk) -> list[TurnView]:
         rows = (await self.session.execute(
             select(*_TURN_COLUMNS)

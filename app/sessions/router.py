@@ -21,6 +21,7 @@ from app.sessions.schemas import (
     SessionEventPage,
     SessionPage,
     TurnCreate,
+    TurnPage,
 )
 from app.sessions.service import IdentityRejected, SessionService
 from app.sessions.types import StrategyName
@@ -100,6 +101,17 @@ async def configure_session(session_id: SessionId, body: SessionConfig, request:
                             session: SessionDep, caller: CallerDep) -> Response:
     created, answer = await _service(request, session, caller).configure(session_id, body)
     return JSONResponse(answer.model_dump(mode="json"), status_code=201 if created else 200)
+
+
+@router.get("/{session_id}/turns", operation_id="listTurns",
+            summary="A session's log, newest first: every turn, summarised or not",
+            response_model=TurnPage, responses=problems(404))
+async def list_turns(
+    session_id: SessionId, request: Request, session: SessionDep, caller: CallerDep,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(max_length=512)] = None,
+) -> TurnPage:
+    return await _service(request, session, caller).turns(session_id, limit, cursor)
 
 
 @router.get("/{session_id}/context", operation_id="getSessionContext",

@@ -50,6 +50,12 @@ class Turn(BaseModel):
     created_at: datetime
 
 
+class TurnPage(BaseModel):
+    items: list[Turn]
+    next_cursor: str | None = Field(
+        description="Pass as `cursor` to read the next page; null on the last page.")
+
+
 class AppendedTurn(Turn):
     session_id: str
     warning: str | None = Field(description=(

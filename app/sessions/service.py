@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.cursors import decode_cursor, decode_text_cursor, encode_cursor
-from app.errors import FieldError, NotFound
+from app.errors import FieldError, NotFound, ValidationFailed
 from app.sessions.context import estimate_tokens, fold_warning, strategy_in_force
 from app.sessions.folder import enqueue_fold
 from app.sessions.folding import FoldPolicy, backlog, overflow
@@ -28,6 +28,7 @@ from app.sessions.schemas import (
     SessionPage,
     Turn,
     TurnCreate,
+    TurnPage,
 )
 from app.sessions.types import SessionState, StrategyName, TurnView
 
@@ -52,6 +53,14 @@ def _turn(turn: TurnView) -> Turn:
     return Turn(seq=turn.seq, role=turn.role, content=turn.content,
                 user_id=turn.user_id, agent_id=turn.agent_id, tokens=turn.tokens,
                 created_at=turn.created_at)
+
+
+def _turn_cursor(cursor: str) -> int:
+    """The seq a turn page's cursor stands at (it carries the turn's time too, unused)."""
+    _, key = decode_text_cursor(cursor)
+    if not key.isdigit():
+        raise ValidationFailed.on("query.cursor", "is not a cursor this service issued")
+    return int(key)
 
 
 def _health(state: SessionState) -> SessionHealth:
@@ -204,6 +213,16 @@ class SessionService:
         if not await self.repository.delete(session_id):
             raise NotFound(f"session {session_id!r} not found")
         log.info("session %s deleted", session_id)
+
+    async def turns(self, session_id: str, limit: int, cursor: str | None) -> TurnPage:
+        """The log, newest first: every turn, folded, dropped or not."""
+        before = _turn_cursor(cursor) if cursor is not None else None
+        await self._state(session_id)
+        rows = await self.repository.turns_before(session_id, before, limit + 1)
+        page = rows[:limit]
+        next_cursor = (encode_cursor(page[-1].created_at, str(page[-1].seq))
+                       if len(rows) > limit else None)
+        return TurnPage(items=[_turn(t) for t in page], next_cursor=next_cursor)
 
     async def events(self, session_id: str, limit: int, cursor: str | None) -> SessionEventPage:
         after = decode_cursor(cursor) if cursor is not None else None

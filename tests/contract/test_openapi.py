@@ -66,11 +66,13 @@ CONTRACT: dict[str, Operation] = {
     "getSession": Operation("get", "/v1/sessions/{session_id}", None, "Session",
                             errors=frozenset({404})),
     # Added beyond the contract's table (it allows new endpoints): where a session's
-    # events, which the design says are never silent, can be read; listing sessions;
-    # choosing a session's strategy; deleting one.
+    # events, which the design says are never silent, can be read; listing sessions and
+    # a session's log; choosing a session's strategy; deleting one.
     "listSessionEvents": Operation("get", "/v1/sessions/{session_id}/events", None,
                                    "SessionEventPage", errors=frozenset({404})),
     "listSessions": Operation("get", "/v1/sessions", None, "SessionPage"),
+    "listTurns": Operation("get", "/v1/sessions/{session_id}/turns", None, "TurnPage",
+                           errors=frozenset({404})),
     "configureSession": Operation("put", "/v1/sessions/{session_id}", "SessionConfig",
                                   "Session", frozenset({"200", "201"})),
     "deleteSession": Operation("delete", "/v1/sessions/{session_id}", None, None,

@@ -1,4 +1,5 @@
-"""Listing sessions: newest first, filtered, paged without repeats, confined to the tenant."""
+"""Listing sessions and reading a session's log: newest first, filtered, paged without
+repeats, confined to the tenant."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 
 from app.resources import Resources
 from tests.conftest import TenantKey, make_client
-from tests.integration.sessions.conftest import append, get_json
+from tests.integration.sessions.conftest import append, fold, get_json, new_id
 
 
 async def list_all(client: httpx.AsyncClient, **params: str | int) -> list[str]:
@@ -81,3 +82,53 @@ async def test_the_list_is_confined_to_the_tenant(
         await append(other, "theirs", "x")
         assert await list_all(other) == ["theirs"]
     assert await list_all(client) == ["mine"]
+
+
+async def read_log(client: httpx.AsyncClient, sid: str, limit: int) -> list[int]:
+    seqs: list[int] = []
+    cursor: str | None = None
+    while True:
+        params: dict[str, str | int] = {"limit": limit, **({"cursor": cursor} if cursor else {})}
+        resp = await client.get(f"/v1/sessions/{sid}/turns", params=params)
+        assert resp.status_code == 200, resp.text
+        body = resp.json()
+        seqs += [t["seq"] for t in body["items"]]
+        cursor = body["next_cursor"]
+        if cursor is None:
+            return seqs
+
+
+async def test_the_log_keeps_every_turn_folded_or_dropped_newest_first(
+    small: Resources, small_client: httpx.AsyncClient, tenant: TenantKey,
+) -> None:
+    sid = new_id()
+    await small_client.put(f"/v1/sessions/{sid}", json={"strategy": "truncation"})
+    for i in range(20):
+        await append(small_client, sid, f"turn {i + 1}", role="user" if i % 2 else "assistant")
+    # Switched to a rolling summary: 8 turns dropped from the context, 8 folded.
+    await small_client.put(f"/v1/sessions/{sid}", json={"strategy": "rolling_summary"})
+    assert (await fold(small, tenant, sid)).folds == 2
+
+    assert await read_log(small_client, sid, limit=7) == list(range(20, 0, -1))
+    page = await get_json(small_client, f"/v1/sessions/{sid}/turns?limit=2")
+    assert [(t["seq"], t["role"], t["content"]) for t in page["items"]] == [
+        (20, "user", "turn 20"), (19, "assistant", "turn 19")]
+
+
+async def test_reading_the_log_of_an_unknown_or_foreign_session_is_404(
+    resources: Resources, client: httpx.AsyncClient, other_tenant: TenantKey,
+) -> None:
+    sid = new_id()
+    await append(client, sid, "mine")
+    assert (await client.get(f"/v1/sessions/{new_id()}/turns")).status_code == 404
+    async with make_client(resources, other_tenant.headers) as other:
+        assert (await other.get(f"/v1/sessions/{sid}/turns")).status_code == 404
+
+
+@pytest.mark.parametrize("cursor", ["nonsense", "WyIyMDI2LTAxLTAxVDAwOjAwOjAwWiIsImFiYyJd"])
+async def test_a_bad_log_cursor_is_422(client: httpx.AsyncClient, cursor: str) -> None:
+    sid = new_id()
+    await append(client, sid, "x")
+    resp = await client.get(f"/v1/sessions/{sid}/turns", params={"cursor": cursor})
+    assert resp.status_code == 422
+    assert [e["field"] for e in resp.json()["errors"]] == ["query.cursor"]
