@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import text
 
 from app.resources import Resources
+from app.sessions.repository import SessionRepository
 from tests.conftest import TenantKey, make_client
 from tests.integration.sessions.conftest import append, get_json, new_id, with_settings
 
@@ -315,3 +316,30 @@ async def test_a_context_call_may_bring_its_own_budget(
     for resp in bad:
         assert resp.status_code == 422
         assert [e["field"] for e in resp.json()["errors"]] == ["query.budget_tokens"]
+
+
+async def test_an_append_that_fails_half_way_leaves_nothing(
+    small_client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sid = new_id()
+    for i in range(5):
+        await append(small_client, sid, f"turn {i}", user_id="u1")
+
+    async def broken(self: SessionRepository, session_id: str) -> None:
+        raise RuntimeError("the database went away after the turn's insert")
+
+    # The sixth turn makes a fold due: its turn row and the session's count are written,
+    # then flagging the fold fails.
+    monkeypatch.setattr(SessionRepository, "mark_fold_due", broken)
+    resp = await small_client.post(f"/v1/sessions/{sid}/turns",
+                                   json={"role": "user", "content": "lost?"})
+    monkeypatch.undo()
+
+    assert resp.status_code == 500
+    assert resp.headers["content-type"] == "application/problem+json"
+    session = await get_json(small_client, f"/v1/sessions/{sid}")
+    context = await get_json(small_client, f"/v1/sessions/{sid}/context")
+    assert session["counts"]["turns"] == 5
+    assert [t["content"] for t in context["turns"]] == [f"turn {i}" for i in range(5)]
+    # The number is not burnt: the next turn is the sixth.
+    assert (await append(small_client, sid, "the real sixth"))["seq"] == 6
