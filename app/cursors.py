@@ -6,9 +6,13 @@ from __future__ import annotations
 import base64
 import json
 import uuid
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from app.errors import ValidationFailed
+
+Row = TypeVar("Row")
 
 
 def encode_cursor(created_at: datetime, key: uuid.UUID | str) -> str:
@@ -38,3 +42,14 @@ def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
         return created_at, uuid.UUID(key)
     except ValueError as exc:
         raise _invalid() from exc
+
+
+def cut_page(rows: Sequence[Row], limit: int,
+             position: Callable[[Row], tuple[datetime, uuid.UUID | str]],
+             ) -> tuple[Sequence[Row], str | None]:
+    """Rows read `limit + 1` deep: the page, and the cursor of the next one (None when
+    this is the last). `position` gives a row's (created_at, key)."""
+    if len(rows) <= limit:
+        return rows, None
+    page = rows[:limit]
+    return page, encode_cursor(*position(page[-1]))

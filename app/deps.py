@@ -4,15 +4,23 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import Depends
+from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth import Caller, current_caller
 from app.db import request_session
-from app.errors import PROBLEM_JSON
+from app.errors import PROBLEM_JSON, ValidationFailed
 
 SessionDep = Annotated[AsyncSession, Depends(request_session, scope="function")]
 CallerDep = Annotated[Caller, Depends(current_caller)]
+
+
+def refuse_unknown_params(request: Request, known: frozenset[str]) -> None:
+    """A list's query string may hold only its own filters: a misspelt one would otherwise
+    be ignored and answer the unfiltered list."""
+    unknown = sorted(set(request.query_params) - known)
+    if unknown:
+        raise ValidationFailed.on(f"query.{unknown[0]}", "is not a known parameter")
 
 
 def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:

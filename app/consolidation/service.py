@@ -22,7 +22,7 @@ from app.consolidation.schemas import (
     ConsolidationResult,
     ConsolidationTimings,
 )
-from app.cursors import decode_cursor, encode_cursor
+from app.cursors import cut_page, decode_cursor
 from app.errors import Conflict, NotFound, ValidationFailed
 from app.ids import uuid7
 from app.models import ConsolidationRun
@@ -115,10 +115,8 @@ class ConsolidationService:
 
     async def list(self, *, limit: int, cursor: str | None) -> ConsolidationPage:
         after = decode_cursor(cursor) if cursor else None
-        runs = await self.repository.page_runs(limit=limit + 1, after=after)
-        more = len(runs) > limit
-        runs = runs[:limit]
-        next_cursor = encode_cursor(runs[-1].created_at, runs[-1].id) if more else None
+        runs, next_cursor = cut_page(await self.repository.page_runs(limit=limit + 1, after=after),
+                                     limit, lambda r: (r.created_at, r.id))
         return ConsolidationPage(items=[to_result(r) for r in runs], next_cursor=next_cursor)
 
     async def revert(self, run_id: uuid.UUID) -> ConsolidationResult:

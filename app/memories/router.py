@@ -9,8 +9,7 @@ from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel
 
 from app.consolidation.auto import AutoConsolidation
-from app.deps import CallerDep, SessionDep, problems
-from app.errors import ValidationFailed
+from app.deps import CallerDep, SessionDep, problems, refuse_unknown_params
 from app.idempotency.http import IdempotencyKey, keyed_create
 from app.memories.repository import MemoryFilter, MemoryReader, MemoryRepository
 from app.memories.schemas import (
@@ -104,9 +103,7 @@ async def list_memories(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=512)] = None,
 ) -> MemoryPage:
-    unknown = sorted(set(request.query_params) - LIST_PARAMS)
-    if unknown:
-        raise ValidationFailed.on(f"query.{unknown[0]}", "is not a known parameter")
+    refuse_unknown_params(request, LIST_PARAMS)
     filters = MemoryFilter(user_id=user_id, agent_id=agent_id, session_id=session_id,
                            namespace=namespace, tags=tags, categories=categories,
                            fact_role=fact_role, include_archived=include_archived)

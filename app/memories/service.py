@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from app.cursors import decode_cursor, encode_cursor
+from app.cursors import cut_page, decode_cursor
 from app.errors import NotFound, ValidationFailed
 from app.ids import uuid7
 from app.memories.repository import MemoryFilter, MemoryReader, MemoryRepository
@@ -97,8 +97,6 @@ class MemoryReads:
 
     async def list(self, filters: MemoryFilter, *, limit: int, cursor: str | None) -> MemoryPage:
         after = decode_cursor(cursor) if cursor else None
-        rows = await self.reader.page(filters, limit=limit + 1, after=after)
-        more = len(rows) > limit
-        rows = rows[:limit]
-        next_cursor = encode_cursor(rows[-1]["created_at"], rows[-1]["id"]) if more else None
+        rows, next_cursor = cut_page(await self.reader.page(filters, limit=limit + 1, after=after),
+                                     limit, lambda r: (r["created_at"], r["id"]))
         return MemoryPage(items=[Memory.model_validate(r) for r in rows], next_cursor=next_cursor)

@@ -72,18 +72,22 @@ class SessionRepository:
         row = (await self.session.execute(stmt)).scalar_one_or_none()
         return _state(row) if row is not None else None
 
-    async def lock_or_create(self, session_id: str, strategy: StrategyName) -> SessionState:
-        """The session's row, locked until the transaction ends; created first if new."""
+    async def lock_or_create(self, session_id: str,
+                             strategy: StrategyName) -> tuple[SessionState, bool]:
+        """The session's row, locked until the transaction ends, created first if new; and
+        whether this call created it."""
+        created = False
         while True:
             found = await self.get(session_id, lock=True)
             if found is not None:
-                return found
+                return found, created
             # Nothing is inserted when a racing request created it first; and a racing
             # delete may remove it again before it is locked: hence the loop.
-            await self.session.execute(
+            inserted = await self.session.execute(
                 pg_insert(ChatSession)
                 .values(tenant_id=self.tenant_id, session_id=session_id, strategy=strategy)
-                .on_conflict_do_nothing())
+                .on_conflict_do_nothing().returning(ChatSession.session_id))
+            created = inserted.first() is not None
 
     async def append(self, state: SessionState, role: str, content: str,
                      user_id: str | None, agent_id: str | None, tokens: int) -> TurnView:

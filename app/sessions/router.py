@@ -7,8 +7,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from app.deps import CallerDep, SessionDep, problems
-from app.errors import ValidationFailed, problem_response
+from app.deps import CallerDep, SessionDep, problems, refuse_unknown_params
+from app.errors import problem_response
 from app.idempotency.http import IdempotencyKey, keyed_create
 from app.sessions.config import fold_policy
 from app.sessions.health import HealthState
@@ -55,9 +55,7 @@ async def list_sessions(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=512)] = None,
 ) -> SessionPage:
-    unknown = sorted(set(request.query_params) - LIST_PARAMS)
-    if unknown:
-        raise ValidationFailed.on(f"query.{unknown[0]}", "is not a known parameter")
+    refuse_unknown_params(request, LIST_PARAMS)
     filters = SessionFilter(user_id=user_id, agent_id=agent_id, strategy=strategy,
                             health=health)
     return await _service(request, session, caller).list(filters, limit, cursor)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.cursors import decode_cursor, decode_text_cursor, encode_cursor
+from app.cursors import cut_page, decode_cursor, decode_text_cursor
 from app.errors import FieldError, NotFound, ValidationFailed
 from app.sessions.context import estimate_tokens, fold_warning, strategy_in_force
 from app.sessions.folder import enqueue_fold
@@ -88,7 +88,7 @@ class SessionService:
         recorded as an event in this request's transaction, which commits: the turn is
         not appended, the event stays.
         """
-        state = await self.repository.lock_or_create(session_id, self.strategy)
+        state, _ = await self.repository.lock_or_create(session_id, self.strategy)
         errors = [
             FieldError(field=name, message=f"the session belongs to {name} {have!r}, "
                                            f"not {given!r}")
@@ -150,10 +150,7 @@ class SessionService:
         backlog's bound its oldest turns are dropped from the context, as when a degraded
         summariser's backlog overflows (with the same events); the rest are folded.
         """
-        state = await self.repository.get(session_id, lock=True)
-        created = state is None
-        if state is None:
-            state = await self.repository.lock_or_create(session_id, config.strategy)
+        state, created = await self.repository.lock_or_create(session_id, config.strategy)
         if state.strategy != config.strategy:
             await self.repository.set_strategy(session_id, config.strategy)
             await self.repository.add_event(session_id, "strategy_changed", {
@@ -188,10 +185,8 @@ class SessionService:
 
     async def list(self, filters: SessionFilter, limit: int, cursor: str | None) -> SessionPage:
         after = decode_text_cursor(cursor) if cursor is not None else None
-        rows = await self.repository.list(filters, limit + 1, after)
-        page = rows[:limit]
-        next_cursor = (encode_cursor(page[-1].created_at, page[-1].session_id)
-                       if len(rows) > limit else None)
+        page, next_cursor = cut_page(await self.repository.list(filters, limit + 1, after),
+                                     limit, lambda s: (s.created_at, s.session_id))
         return SessionPage(items=[self._answer(s) for s in page], next_cursor=next_cursor)
 
     async def context(self, session_id: str, budget_tokens: int | None = None) -> SessionContext:
@@ -218,19 +213,16 @@ class SessionService:
         """The log, newest first: every turn, folded, dropped or not."""
         before = _turn_cursor(cursor) if cursor is not None else None
         await self._state(session_id)
-        rows = await self.repository.turns_before(session_id, before, limit + 1)
-        page = rows[:limit]
-        next_cursor = (encode_cursor(page[-1].created_at, str(page[-1].seq))
-                       if len(rows) > limit else None)
+        page, next_cursor = cut_page(
+            await self.repository.turns_before(session_id, before, limit + 1), limit,
+            lambda t: (t.created_at, str(t.seq)))
         return TurnPage(items=[_turn(t) for t in page], next_cursor=next_cursor)
 
     async def events(self, session_id: str, limit: int, cursor: str | None) -> SessionEventPage:
         after = decode_cursor(cursor) if cursor is not None else None
         await self._state(session_id)
-        rows = await self.repository.events(session_id, limit + 1, after)
-        page = rows[:limit]
-        next_cursor = (encode_cursor(page[-1].created_at, page[-1].id)
-                       if len(rows) > limit else None)
+        page, next_cursor = cut_page(await self.repository.events(session_id, limit + 1, after),
+                                     limit, lambda e: (e.created_at, e.id))
         return SessionEventPage(
             items=[SessionEventItem(id=r.id, kind=r.kind, detail=r.detail,
                                     created_at=r.created_at) for r in page],
