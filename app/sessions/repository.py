@@ -167,7 +167,11 @@ class SessionRepository:
         await self.session.execute(
             insert(SessionEvent).values(tenant_id=self.tenant_id, id=uuid7(),
                                         session_id=session_id, kind=kind,
-                                        detail=dict(detail)))
+                                        detail=dict(detail),
+                                        # Not now(), the transaction's start: events of
+                                        # one request (a switch, then the folds it drops)
+                                        # must list in the order they happened.
+                                        created_at=func.clock_timestamp()))
         SESSION_EVENTS.labels(kind).inc()
 
     async def newest_turns(self, session_id: str, after: int, limit: int) -> list[TurnView]:

@@ -142,3 +142,19 @@ async def test_a_fold_in_flight_when_the_strategy_switches_is_discarded(
     session = await get_json(small_client, f"/v1/sessions/{sid}")
     assert (session["cursor"], session["summary_updated_at"]) == (0, None)
     assert await fold_due_since(small, tenant, sid) is None
+
+
+async def test_events_of_one_request_list_in_the_order_they_happened(
+    small_client: httpx.AsyncClient,
+) -> None:
+    # One PUT records a switch, then six dropped folds, in one transaction.
+    sid = new_id()
+    await configure(small_client, sid, "truncation", 201)
+    for i in range(36):
+        await append(small_client, sid, f"turn {i}")
+    await configure(small_client, sid, "rolling_summary", 200)
+
+    events = (await get_json(small_client, f"/v1/sessions/{sid}/events"))["items"]
+    oldest_first = list(reversed(events))
+    assert oldest_first[0]["kind"] == "strategy_changed"
+    assert [e["detail"]["first_turn"] for e in oldest_first[1:]] == [1, 5, 9, 13, 17, 21]
