@@ -8,7 +8,8 @@ import os
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from app.embedded_db import EmbeddedPostgres, start_embedded  # noqa: E402
 from app.main import create_app  # noqa: E402
 from app.migrate import upgrade_to_head  # noqa: E402
 from app.providers.hash_embedder import HashEmbedder  # noqa: E402
+from app.providers.local_embedder import LocalEmbedder  # noqa: E402
 from app.resources import Resources  # noqa: E402
 from app.settings import Settings  # noqa: E402
 from app.tenants.keys import display_prefix, hash_key, new_key  # noqa: E402
@@ -63,6 +65,19 @@ async def resources(settings: Settings, database_url: str) -> AsyncIterator[Reso
     await res.memory_reader()
     yield res
     await res.close()
+
+
+@asynccontextmanager
+async def local_model(resources: Resources, *, batch_size: int = 32) -> AsyncIterator[Resources]:
+    """The suite's database with the real local all-MiniLM-L6-v2 model in place of the hash
+    embedder, and the local embedder's settings (so its default relevance floor)."""
+    embedder = LocalEmbedder(batch_size=batch_size, threads=1)
+    await embedder.load()
+    try:
+        yield replace(resources, embedder=embedder,
+                      settings=resources.settings.model_copy(update={"embedder": "local"}))
+    finally:
+        await embedder.aclose()
 
 
 @pytest.fixture

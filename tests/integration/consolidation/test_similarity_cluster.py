@@ -4,15 +4,13 @@ category, then folded by an archive run."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 
-from app.providers.local_embedder import LocalEmbedder
 from app.resources import Resources
-from tests.conftest import create_tenant_key, make_client
+from tests.conftest import create_tenant_key, local_model, make_client
 from tests.integration.consolidation.conftest import consolidate, get_memory, memory, seed
 
 pytestmark = pytest.mark.model
@@ -31,10 +29,8 @@ FACTS = {
 
 @pytest.fixture(scope="module")
 async def model_resources(resources: Resources) -> AsyncIterator[Resources]:
-    embedder = LocalEmbedder(batch_size=16, threads=1)
-    await embedder.load()
-    yield dataclasses.replace(resources, embedder=embedder)
-    await embedder.aclose()
+    async with local_model(resources, batch_size=16) as model:
+        yield model
 
 
 @pytest.fixture

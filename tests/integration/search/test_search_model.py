@@ -18,10 +18,9 @@ import pytest
 from sqlalchemy import text
 
 from app.ids import uuid7
-from app.providers.local_embedder import LocalEmbedder
 from app.resources import Resources
 from app.settings import LOCAL_MODEL_MIN_SIMILARITY
-from tests.conftest import TenantKey, create_tenant_key, make_client
+from tests.conftest import TenantKey, create_tenant_key, local_model, make_client
 
 pytestmark = pytest.mark.model
 
@@ -67,14 +66,10 @@ class Corpus:
 
 @pytest.fixture(scope="module")
 async def model_resources(resources: Resources) -> AsyncIterator[Resources]:
-    """The suite's database with the real model in place of the hash embedder, and the
-    settings of the local embedder, so its default relevance floor (the hash one's is off)."""
-    embedder = LocalEmbedder(batch_size=32, threads=1)
-    await embedder.load()
-    settings = resources.settings.model_copy(update={"embedder": "local"})
-    assert settings.min_similarity == LOCAL_MODEL_MIN_SIMILARITY
-    yield replace(resources, embedder=embedder, settings=settings)
-    await embedder.aclose()
+    """The local embedder's settings, so its default relevance floor (the hash one's is off)."""
+    async with local_model(resources) as model:
+        assert model.settings.min_similarity == LOCAL_MODEL_MIN_SIMILARITY
+        yield model
 
 
 @pytest.fixture(scope="module")
