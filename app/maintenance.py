@@ -1,5 +1,5 @@
-"""Periodic housekeeping inside the service process: forgetting old idempotency keys and
-deleting expired memories."""
+"""Periodic housekeeping inside the service process: forgetting old idempotency keys,
+deleting expired memories, and deleting sessions idle past their retention."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from app.idempotency.repository import purge_older_than
 from app.memories.repository import purge_expired
 from app.resources import Resources
+from app.sessions.repository import purge_idle
 
 log = logging.getLogger("engram.maintenance")
 
@@ -48,3 +49,12 @@ def start_maintenance(resources: Resources) -> None:
         asyncio.create_task(every(settings.expired_purge_seconds, delete_expired,
                                   "expired memory purge", "deleted %d expired memories")),
     ]
+    if settings.session_retention_days > 0:
+        idle = timedelta(days=settings.session_retention_days)
+
+        async def delete_idle_sessions() -> int:
+            return await purge_idle(resources.engine, idle)
+
+        resources.background.append(asyncio.create_task(every(
+            INTERVAL_SECONDS, delete_idle_sessions, "idle session purge",
+            f"deleted %d sessions idle for more than {idle}")))

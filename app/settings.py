@@ -150,6 +150,10 @@ class Settings(BaseSettings):
     session_recover_after: int = Field(default=2, ge=1, le=100)
     session_retry_seconds: float = Field(default=2.0, gt=0, le=3600)
     session_probe_seconds: float = Field(default=30.0, gt=0, le=86400)
+    # A session with no turn appended and no strategy change for this many days is
+    # deleted with its turns, summary and events by the maintenance round; 0 keeps every
+    # session until it is deleted. Memories stored with its session_id are not touched.
+    session_retention_days: float = Field(default=0, ge=0, le=36500)
 
     # The background job worker (pgqueuer) inside the service process.
     worker_enabled: bool = True

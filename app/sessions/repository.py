@@ -10,12 +10,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import ColumnElement, delete, func, insert, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from app.ids import uuid7
 from app.models import ChatSession, SessionEvent, SessionTurn
@@ -244,3 +244,29 @@ async def stalled_folds(session: AsyncSession, limit: int) -> list[tuple[uuid.UU
         .where(ChatSession.fold_due_since.is_not(None))
         .order_by(ChatSession.fold_due_since).limit(limit))
     return [(r.tenant_id, r.session_id) for r in rows]
+
+
+async def purge_idle(engine: AsyncEngine, idle: timedelta, batch: int = 100) -> int:
+    """Delete the sessions, in any tenant, with no append or strategy change for `idle`,
+    with their turns and events (the foreign keys cascade); how many. A maintenance job.
+
+    `batch` sessions a transaction, each possibly holding thousands of turns. A session
+    a request has locked (an append under way) is skipped and left for the next round,
+    so neither waits; the lock's holder has made it active anyway. `updated_at` is not
+    indexed: an index on it would make every append a non-HOT update of the session row
+    (migration 0016), so each round scans the table instead."""
+    idle_ones = (
+        select(ChatSession.tenant_id, ChatSession.session_id)
+        .where(ChatSession.updated_at < func.now() - idle)
+        .limit(batch)
+        .with_for_update(skip_locked=True)
+    )
+    stmt = delete(ChatSession).where(
+        tuple_(ChatSession.tenant_id, ChatSession.session_id).in_(idle_ones))
+    total = 0
+    while True:
+        async with engine.begin() as conn:
+            removed = int((await conn.execute(stmt)).rowcount or 0)
+        total += removed
+        if removed < batch:
+            return total

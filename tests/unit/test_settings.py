@@ -210,3 +210,15 @@ def test_the_llm_summariser_needs_an_llm() -> None:
     configured = load(session_summariser="llm", llm_base_url="http://127.0.0.1:9/v1")
     assert configured.session_summariser == "llm"
     assert load().session_summariser == "auto"
+
+
+@pytest.mark.parametrize("value", ["-1", "a month", "36501"])
+def test_a_bad_session_retention_stops_start_up_naming_it(
+        monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("ENGRAM_SESSION_RETENTION_DAYS", value)
+    with pytest.raises(ValidationError) as caught:
+        load()
+    assert "ENGRAM_SESSION_RETENTION_DAYS" in format_settings_error(caught.value)
+    monkeypatch.delenv("ENGRAM_SESSION_RETENTION_DAYS")
+    assert load().session_retention_days == 0  # off unless set
+    assert load(session_retention_days=30).session_retention_days == 30
