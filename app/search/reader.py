@@ -7,9 +7,9 @@ and 3-4.5 ms more than the statement alone at 100k rows (bench/search.py). Here 
 connections start with the settings the statements need (generic plans, no parallel
 workers), are not pinged, and are not reset on release: a search changes no session
 state. The API key lookup of every authenticated request (app/auth.py) runs here too,
-for the same reason: one read statement. The memory endpoints' reads (get by id, list)
-run on a second pool of the same kind whose connections plan each statement for its
-parameters (`memory_read_settings`).
+for the same reason: one read statement. The memory and session endpoints' reads run on
+a second pool of the same kind whose connections plan each statement for its parameters
+(`memory_read_settings`).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def search_server_settings(settings: Settings) -> dict[str, str]:
 
 
 def memory_read_settings(settings: Settings) -> dict[str, str]:
-    """The memory endpoints' reads (app/memories/repository.py, MemoryReader) run on a
+    """The memory and session endpoints' reads (MemoryReader, SessionReader) run on a
     pool of their own, planned for their parameters as the request sessions' statements
     are: a listing filtered by a rare category or a common tag took 27-37 ms under the
     search's generic plans against 0.5-0.6 ms under custom ones (100k rows)."""

@@ -1,14 +1,16 @@
 """SQL for sessions: the session row (locked while a turn is appended or a fold is
-saved), the turn log, and the events.
+saved), the turn log, and the events. `SessionRepository` writes, in the request's or the
+fold's transaction; `SessionReader` answers the read endpoints on the reads' own pool.
 
-Every statement is confined to the repository's tenant; `stalled_folds`, which the
-crash sweep runs over every tenant, is the module-level function.
+Every statement is confined to the repository's tenant; `stalled_folds` and `purge_idle`,
+which the maintenance rounds run over every tenant, are the module-level functions.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -17,6 +19,7 @@ from sqlalchemy import ColumnElement, delete, func, insert, select, tuple_, upda
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
+from app.db import Fetcher, delete_in_batches
 from app.ids import uuid7
 from app.models import ChatSession, SessionEvent, SessionTurn
 from app.service.metrics import SESSION_EVENTS
@@ -24,27 +27,40 @@ from app.sessions.folding import Chunk
 from app.sessions.health import Health, HealthState
 from app.sessions.types import SessionState, StrategyName, TurnView
 
-_TURN_COLUMNS = (SessionTurn.seq, SessionTurn.role, SessionTurn.content, SessionTurn.tokens,
-                 SessionTurn.created_at, SessionTurn.user_id, SessionTurn.agent_id)
+SESSION_KEYS = ("session_id", "user_id", "agent_id", "strategy", "turn_count", "cursor",
+                "dropped_turns", "summary", "summary_updated_at", "health", "health_failures",
+                "health_successes", "last_error", "health_changed_at", "created_at",
+                "updated_at", "fold_due_since")
+TURN_KEYS = ("seq", "role", "content", "tokens", "created_at", "user_id", "agent_id")
+EVENT_KEYS = ("id", "kind", "detail", "created_at")
+
+_SESSIONS = ChatSession.__table__.c
+_SESSION_COLUMNS = [_SESSIONS[k] for k in SESSION_KEYS]
+_TURN_COLUMNS = [SessionTurn.__table__.c[k] for k in TURN_KEYS]
+# The same columns as a select list, for the reader's statements written as text.
+_SESSION_SQL = ", ".join(f'"{k}"' for k in SESSION_KEYS)
+_TURN_SQL = ", ".join(TURN_KEYS)
+_LAST_SEQ = 2**31 - 1
 
 
-def _state(row: ChatSession) -> SessionState:
-    health_state: HealthState = row.health  # type: ignore[assignment]  # CHECK constraint
-    strategy: StrategyName = row.strategy  # type: ignore[assignment]  # CHECK constraint
+def _state(row: Mapping[Any, Any]) -> SessionState:
+    health_state: HealthState = row["health"]  # CHECK constraint
+    strategy: StrategyName = row["strategy"]  # CHECK constraint
     return SessionState(
-        session_id=row.session_id, user_id=row.user_id, agent_id=row.agent_id,
-        strategy=strategy, turns=row.turn_count, cursor=row.cursor,
-        dropped=row.dropped_turns, summary=row.summary,
-        summary_updated_at=row.summary_updated_at,
-        health=Health(health_state, row.health_failures, row.health_successes),
-        last_error=row.last_error, health_changed_at=row.health_changed_at,
-        created_at=row.created_at, updated_at=row.updated_at,
-        fold_due_since=row.fold_due_since)
+        session_id=row["session_id"], user_id=row["user_id"], agent_id=row["agent_id"],
+        strategy=strategy, turns=row["turn_count"], cursor=row["cursor"],
+        dropped=row["dropped_turns"], summary=row["summary"],
+        summary_updated_at=row["summary_updated_at"],
+        health=Health(health_state, row["health_failures"], row["health_successes"]),
+        last_error=row["last_error"], health_changed_at=row["health_changed_at"],
+        created_at=row["created_at"], updated_at=row["updated_at"],
+        fold_due_since=row["fold_due_since"])
 
 
-def _turn(row: Any) -> TurnView:
-    return TurnView(seq=row.seq, role=row.role, content=row.content, tokens=row.tokens,
-                    created_at=row.created_at, user_id=row.user_id, agent_id=row.agent_id)
+def _turn(row: Mapping[Any, Any]) -> TurnView:
+    return TurnView(seq=row["seq"], role=row["role"], content=row["content"],
+                    tokens=row["tokens"], created_at=row["created_at"],
+                    user_id=row["user_id"], agent_id=row["agent_id"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,13 +80,13 @@ class SessionRepository:
         return (ChatSession.tenant_id == self.tenant_id) & (ChatSession.session_id == session_id)
 
     async def get(self, session_id: str, *, lock: bool = False) -> SessionState | None:
-        stmt = select(ChatSession).where(self._this(session_id))
+        stmt = select(*_SESSION_COLUMNS).where(self._this(session_id))
         if lock:
             # NO KEY UPDATE: an event or turn inserted meanwhile (its foreign key takes a
             # KEY SHARE lock on this row) is not made to wait.
             stmt = stmt.with_for_update(key_share=True)
-        row = (await self.session.execute(stmt)).scalar_one_or_none()
-        return _state(row) if row is not None else None
+        row = (await self.session.execute(stmt)).first()
+        return _state(row._mapping) if row is not None else None
 
     async def lock_or_create(self, session_id: str,
                              strategy: StrategyName) -> tuple[SessionState, bool]:
@@ -98,7 +114,7 @@ class SessionRepository:
             .values(tenant_id=self.tenant_id, session_id=state.session_id, seq=seq,
                     role=role, content=content, user_id=user_id, agent_id=agent_id,
                     tokens=tokens)
-            .returning(*_TURN_COLUMNS))).one()
+            .returning(*_TURN_COLUMNS))).one()._mapping
         await self.session.execute(
             update(ChatSession).where(self._this(state.session_id))
             .values(turn_count=seq,
@@ -174,26 +190,6 @@ class SessionRepository:
                                         created_at=func.clock_timestamp()))
         SESSION_EVENTS.labels(kind).inc()
 
-    async def newest_turns(self, session_id: str, after: int, limit: int) -> list[TurnView]:
-        """Up to `limit` of the newest turns with seq > `after`, oldest first."""
-        rows = (await self.session.execute(
-            select(*_TURN_COLUMNS)
-            .where(SessionTurn.tenant_id == self.tenant_id,
-                   SessionTurn.session_id == session_id, SessionTurn.seq > after)
-            .order_by(SessionTurn.seq.desc()).limit(limit))).all()
-        return [_turn(r) for r in reversed(rows)]
-
-    async def turns_before(self, session_id: str, before: int | None,
-                           limit: int) -> list[TurnView]:
-        """Up to `limit` turns, newest first, with seq < `before` when given."""
-        stmt = (select(*_TURN_COLUMNS)
-                .where(SessionTurn.tenant_id == self.tenant_id,
-                       SessionTurn.session_id == session_id)
-                .order_by(SessionTurn.seq.desc()).limit(limit))
-        if before is not None:
-            stmt = stmt.where(SessionTurn.seq < before)
-        return [_turn(r) for r in (await self.session.execute(stmt)).all()]
-
     async def turns_in(self, session_id: str, chunk: Chunk) -> list[TurnView]:
         rows = (await self.session.execute(
             select(*_TURN_COLUMNS)
@@ -201,38 +197,84 @@ class SessionRepository:
                    SessionTurn.session_id == session_id,
                    SessionTurn.seq.between(chunk.first, chunk.last))
             .order_by(SessionTurn.seq))).all()
-        return [_turn(r) for r in rows]
+        return [_turn(r._mapping) for r in rows]
+
+
+class SessionReader:
+    """The read endpoints' statements: one round trip each on the reads' own asyncpg pool
+    (a `Fetcher`; app/search/reader.py), outside any transaction, as the memory reads.
+    Through a request session a context read paid the pool's pre-ping, BEGIN and COMMIT
+    around its two statements, and the ORM's handling of each row."""
+
+    def __init__(self, db: Fetcher, tenant_id: uuid.UUID) -> None:
+        self.db = db
+        self.tenant_id = tenant_id
+
+    async def get(self, session_id: str) -> SessionState | None:
+        rows = await self.db.fetch(
+            f"SELECT {_SESSION_SQL} FROM sessions WHERE tenant_id = $1 AND session_id = $2",
+            self.tenant_id, session_id)
+        return _state(dict(zip(SESSION_KEYS, rows[0], strict=True))) if rows else None
+
+    async def newest_turns(self, session_id: str, after: int, upto: int,
+                           limit: int) -> list[TurnView]:
+        """Up to `limit` of the newest turns with `after` < seq <= `upto`, oldest first
+        (`upto`: the session as read, without the turns appended since)."""
+        rows = await self.db.fetch(
+            f"SELECT {_TURN_SQL} FROM session_turns WHERE tenant_id = $1 AND session_id = $2 "
+            "AND seq > $3 AND seq <= $4 ORDER BY seq DESC LIMIT $5",
+            self.tenant_id, session_id, after, upto, limit)
+        return [_turn(dict(zip(TURN_KEYS, r, strict=True))) for r in reversed(rows)]
+
+    async def turns_before(self, session_id: str, before: int | None,
+                           limit: int) -> list[TurnView]:
+        """Up to `limit` turns, newest first, with seq < `before` when given."""
+        rows = await self.db.fetch(
+            f"SELECT {_TURN_SQL} FROM session_turns WHERE tenant_id = $1 AND session_id = $2 "
+            "AND seq < $3 ORDER BY seq DESC LIMIT $4",
+            self.tenant_id, session_id, _LAST_SEQ if before is None else before, limit)
+        return [_turn(dict(zip(TURN_KEYS, r, strict=True))) for r in rows]
+
+    async def events(self, session_id: str, limit: int,
+                     after: tuple[datetime, uuid.UUID] | None) -> list[dict[str, Any]]:
+        """Up to `limit` events, newest first, after the cursor position `after`."""
+        args: list[Any] = [self.tenant_id, session_id]
+        where = ""
+        if after is not None:
+            args += after
+            where = "AND (created_at, id) < ($3, $4) "
+        rows = await self.db.fetch(
+            f"SELECT {', '.join(EVENT_KEYS)} FROM session_events "
+            f"WHERE tenant_id = $1 AND session_id = $2 {where}"
+            f"ORDER BY created_at DESC, id DESC LIMIT ${len(args) + 1}", *args, limit)
+        events = [dict(zip(EVENT_KEYS, r, strict=True)) for r in rows]
+        for event in events:
+            # asyncpg hands jsonb over as its JSON text.
+            if isinstance(event["detail"], str):
+                event["detail"] = json.loads(event["detail"])
+        return events
 
     async def list(self, filters: SessionFilter, limit: int,
                    after: tuple[datetime, str] | None) -> list[SessionState]:
         """Up to `limit` sessions, newest first (created_at, then id), after the cursor
         position `after`."""
-        stmt = (select(ChatSession).where(ChatSession.tenant_id == self.tenant_id)
-                .order_by(ChatSession.created_at.desc(), ChatSession.session_id.desc())
-                .limit(limit))
-        for column, value in ((ChatSession.user_id, filters.user_id),
-                              (ChatSession.agent_id, filters.agent_id),
-                              (ChatSession.strategy, filters.strategy),
-                              (ChatSession.health, filters.health)):
-            if value is not None:
-                stmt = stmt.where(column == value)
-        if after is not None:
-            stmt = stmt.where(tuple_(ChatSession.created_at, ChatSession.session_id)
-                              < tuple_(*after))
-        return [_state(row) for row in (await self.session.execute(stmt)).scalars()]
+        args: list[Any] = [self.tenant_id]
 
-    async def events(self, session_id: str, limit: int,
-                     after: tuple[datetime, uuid.UUID] | None) -> Sequence[SessionEvent]:
-        """Up to `limit` events, newest first, after the cursor position `after`."""
-        stmt = (select(SessionEvent)
-                .where(SessionEvent.tenant_id == self.tenant_id,
-                       SessionEvent.session_id == session_id)
-                .order_by(SessionEvent.created_at.desc(), SessionEvent.id.desc())
-                .limit(limit))
+        def arg(value: Any) -> str:
+            args.append(value)
+            return f"${len(args)}"
+
+        where = ["tenant_id = $1"]
+        for column in ("user_id", "agent_id", "strategy", "health"):
+            value = getattr(filters, column)
+            if value is not None:
+                where.append(f"{column} = {arg(value)}")
         if after is not None:
-            stmt = stmt.where(tuple_(SessionEvent.created_at, SessionEvent.id)
-                              < tuple_(*after))
-        return (await self.session.execute(stmt)).scalars().all()
+            where.append(f"(created_at, session_id) < ({arg(after[0])}, {arg(after[1])})")
+        rows = await self.db.fetch(
+            f"SELECT {_SESSION_SQL} FROM sessions WHERE {' AND '.join(where)} "
+            f"ORDER BY created_at DESC, session_id DESC LIMIT {arg(limit)}", *args)
+        return [_state(dict(zip(SESSION_KEYS, r, strict=True))) for r in rows]
 
 
 async def stalled_folds(session: AsyncSession, limit: int) -> list[tuple[uuid.UUID, str]]:
@@ -261,12 +303,5 @@ async def purge_idle(engine: AsyncEngine, idle: timedelta, batch: int = 100) -> 
         .limit(batch)
         .with_for_update(skip_locked=True)
     )
-    stmt = delete(ChatSession).where(
-        tuple_(ChatSession.tenant_id, ChatSession.session_id).in_(idle_ones))
-    total = 0
-    while True:
-        async with engine.begin() as conn:
-            removed = int((await conn.execute(stmt)).rowcount or 0)
-        total += removed
-        if removed < batch:
-            return total
+    return await delete_in_batches(engine, delete(ChatSession).where(
+        tuple_(ChatSession.tenant_id, ChatSession.session_id).in_(idle_ones)), batch)

@@ -12,7 +12,7 @@ from app.errors import problem_response
 from app.idempotency.http import IdempotencyKey, keyed_create
 from app.sessions.config import fold_policy
 from app.sessions.health import HealthState
-from app.sessions.repository import SessionFilter, SessionRepository
+from app.sessions.repository import SessionFilter, SessionReader, SessionRepository
 from app.sessions.schemas import (
     AppendedTurn,
     Session,
@@ -23,7 +23,7 @@ from app.sessions.schemas import (
     TurnCreate,
     TurnPage,
 )
-from app.sessions.service import IdentityRejected, SessionService
+from app.sessions.service import IdentityRejected, SessionReads, SessionService
 from app.sessions.types import StrategyName
 from app.validation import ScopeId
 
@@ -36,8 +36,15 @@ SessionId = Annotated[ScopeId, Path(description="The client's id for the session
 def _service(request: Request, session: SessionDep, caller: CallerDep) -> SessionService:
     settings = request.app.state.resources.settings
     return SessionService(SessionRepository(session, caller.tenant_id),
-                          strategy=settings.session_strategy, folds=fold_policy(settings),
-                          budget_tokens=settings.session_budget_tokens)
+                          strategy=settings.session_strategy, folds=fold_policy(settings))
+
+
+async def _reads(request: Request, caller: CallerDep) -> SessionReads:
+    # No request session: each read is one statement on the reads' own pool.
+    resources = request.app.state.resources
+    reader = SessionReader(await resources.memory_reader(), caller.tenant_id)
+    return SessionReads(reader, folds=fold_policy(resources.settings),
+                        budget_tokens=resources.settings.session_budget_tokens)
 
 
 LIST_PARAMS = frozenset({"user_id", "agent_id", "strategy", "health", "limit", "cursor"})
@@ -46,7 +53,7 @@ LIST_PARAMS = frozenset({"user_id", "agent_id", "strategy", "health", "limit", "
 @router.get("", operation_id="listSessions", summary="List sessions, newest first",
             response_model=SessionPage, responses=problems())
 async def list_sessions(
-    request: Request, session: SessionDep, caller: CallerDep,
+    request: Request, caller: CallerDep,
     user_id: Annotated[ScopeId | None, Query()] = None,
     agent_id: Annotated[ScopeId | None, Query()] = None,
     strategy: Annotated[StrategyName | None, Query()] = None,
@@ -58,7 +65,7 @@ async def list_sessions(
     refuse_unknown_params(request, LIST_PARAMS)
     filters = SessionFilter(user_id=user_id, agent_id=agent_id, strategy=strategy,
                             health=health)
-    return await _service(request, session, caller).list(filters, limit, cursor)
+    return await (await _reads(request, caller)).list(filters, limit, cursor)
 
 
 @router.post(
@@ -105,31 +112,30 @@ async def configure_session(session_id: SessionId, body: SessionConfig, request:
             summary="A session's log, newest first: every turn, summarised or not",
             response_model=TurnPage, responses=problems(404))
 async def list_turns(
-    session_id: SessionId, request: Request, session: SessionDep, caller: CallerDep,
+    session_id: SessionId, request: Request, caller: CallerDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=512)] = None,
 ) -> TurnPage:
-    return await _service(request, session, caller).turns(session_id, limit, cursor)
+    return await (await _reads(request, caller)).turns(session_id, limit, cursor)
 
 
 @router.get("/{session_id}/context", operation_id="getSessionContext",
             summary="What an agent puts in its prompt for this session",
             response_model=SessionContext, responses=problems(404))
 async def get_session_context(
-    session_id: SessionId, request: Request, session: SessionDep, caller: CallerDep,
+    session_id: SessionId, request: Request, caller: CallerDep,
     budget_tokens: Annotated[int | None, Query(
         ge=1, le=1_000_000, description="This call's budget in estimated tokens (4 "
         "characters each); default ENGRAM_SESSION_BUDGET_TOKENS.")] = None,
 ) -> SessionContext:
-    return await _service(request, session, caller).context(session_id, budget_tokens)
+    return await (await _reads(request, caller)).context(session_id, budget_tokens)
 
 
 @router.get("/{session_id}", operation_id="getSession",
             summary="A session's cursor, counts, strategy and health",
             response_model=Session, responses=problems(404))
-async def get_session(session_id: SessionId, request: Request, session: SessionDep,
-                      caller: CallerDep) -> Session:
-    return await _service(request, session, caller).get(session_id)
+async def get_session(session_id: SessionId, request: Request, caller: CallerDep) -> Session:
+    return await (await _reads(request, caller)).get(session_id)
 
 
 @router.delete("/{session_id}", operation_id="deleteSession",
@@ -148,8 +154,8 @@ async def delete_session(session_id: SessionId, request: Request, session: Sessi
                     "refused turns",
             response_model=SessionEventPage, responses=problems(404))
 async def list_session_events(
-    session_id: SessionId, request: Request, session: SessionDep, caller: CallerDep,
+    session_id: SessionId, request: Request, caller: CallerDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=512)] = None,
 ) -> SessionEventPage:
-    return await _service(request, session, caller).events(session_id, limit, cursor)
+    return await (await _reads(request, caller)).events(session_id, limit, cursor)

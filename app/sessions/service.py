@@ -1,6 +1,7 @@
 """The session rules: appending a turn (identity, the fold backlog, queueing the fold),
-choosing a session's strategy, deleting it, and reading sessions, a session's context
-and its events."""
+choosing a session's strategy and deleting it (`SessionService`, in the request's
+transaction); reading sessions, a session's context, its log and its events
+(`SessionReads`, one statement at a time on the reads' pool)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from app.errors import FieldError, NotFound, ValidationFailed
 from app.sessions.context import estimate_tokens, fold_warning, strategy_in_force
 from app.sessions.folder import enqueue_fold
 from app.sessions.folding import FoldPolicy, backlog, overflow
-from app.sessions.repository import SessionFilter, SessionRepository
+from app.sessions.repository import SessionFilter, SessionReader, SessionRepository
 from app.sessions.schemas import (
     AppendedTurn,
     Session,
@@ -69,13 +70,25 @@ def _health(state: SessionState) -> SessionHealth:
                          last_error=state.last_error, changed_at=state.health_changed_at)
 
 
+def session_answer(s: SessionState, folds: FoldPolicy) -> Session:
+    return Session(
+        session_id=s.session_id, user_id=s.user_id, agent_id=s.agent_id,
+        strategy=s.strategy, cursor=s.cursor,
+        counts=SessionCounts(turns=s.turns, unsummarised=s.turns - s.cursor,
+                             summarised=s.cursor - s.dropped, dropped=s.dropped),
+        backlog=SessionBacklog(
+            due=backlog(s.turns, s.cursor, folds) if s.strategy == "rolling_summary" else 0,
+            max=folds.backlog_max),
+        health=_health(s), summary_updated_at=s.summary_updated_at,
+        created_at=s.created_at, updated_at=s.updated_at)
+
+
 class SessionService:
     def __init__(self, repository: SessionRepository, *, strategy: StrategyName,
-                 folds: FoldPolicy, budget_tokens: int) -> None:
+                 folds: FoldPolicy) -> None:
         self.repository = repository
         self.strategy = strategy
         self.folds = folds
-        self.budget_tokens = budget_tokens
 
     @property
     def _db(self) -> AsyncSession:
@@ -159,43 +172,54 @@ class SessionService:
                      config.strategy)
             state = replace(state, strategy=config.strategy)
         await self._settle_folds(state)
-        return created, await self.get(session_id)
+        # Read again (the row is locked by this transaction): settling may have moved the
+        # cursor and flagged a fold, and the switch stamped updated_at.
+        final = await self.repository.get(session_id)
+        if final is None:
+            raise LookupError(f"session {session_id!r} vanished while locked")
+        return created, session_answer(final, self.folds)
+
+    async def delete(self, session_id: str) -> None:
+        if not await self.repository.delete(session_id):
+            raise NotFound(f"session {session_id!r} not found")
+        log.info("session %s deleted", session_id)
+
+
+class SessionReads:
+    """The read endpoints: each statement on its own, outside any transaction. A context
+    is read as two statements (the session, then its turns up to the session's count as
+    read), so turns appended between them are not in it, and a fold saved between them
+    leaves the summary and cursor that were read: the answer is the session as it was."""
+
+    def __init__(self, reader: SessionReader, *, folds: FoldPolicy,
+                 budget_tokens: int) -> None:
+        self.reader = reader
+        self.folds = folds
+        self.budget_tokens = budget_tokens
 
     async def _state(self, session_id: str) -> SessionState:
-        state = await self.repository.get(session_id)
+        state = await self.reader.get(session_id)
         if state is None:
             raise NotFound(f"session {session_id!r} not found")
         return state
 
-    def _answer(self, s: SessionState) -> Session:
-        return Session(
-            session_id=s.session_id, user_id=s.user_id, agent_id=s.agent_id,
-            strategy=s.strategy, cursor=s.cursor,
-            counts=SessionCounts(turns=s.turns, unsummarised=s.turns - s.cursor,
-                                 summarised=s.cursor - s.dropped, dropped=s.dropped),
-            backlog=SessionBacklog(
-                due=backlog(s.turns, s.cursor, self.folds) if s.strategy == "rolling_summary"
-                else 0,
-                max=self.folds.backlog_max),
-            health=_health(s), summary_updated_at=s.summary_updated_at,
-            created_at=s.created_at, updated_at=s.updated_at)
-
     async def get(self, session_id: str) -> Session:
-        return self._answer(await self._state(session_id))
+        return session_answer(await self._state(session_id), self.folds)
 
     async def list(self, filters: SessionFilter, limit: int, cursor: str | None) -> SessionPage:
         after = decode_text_cursor(cursor) if cursor is not None else None
-        page, next_cursor = cut_page(await self.repository.list(filters, limit + 1, after),
+        page, next_cursor = cut_page(await self.reader.list(filters, limit + 1, after),
                                      limit, lambda s: (s.created_at, s.session_id))
-        return SessionPage(items=[self._answer(s) for s in page], next_cursor=next_cursor)
+        return SessionPage(items=[session_answer(s, self.folds) for s in page],
+                           next_cursor=next_cursor)
 
     async def context(self, session_id: str, budget_tokens: int | None = None) -> SessionContext:
         budget = budget_tokens if budget_tokens is not None else self.budget_tokens
         state = await self._state(session_id)
         strategy = strategy_in_force(state)
         after = strategy.reads_after(state)
-        turns = ([] if after is None else
-                 await self.repository.newest_turns(session_id, after, CONTEXT_MAX_TURNS))
+        turns = ([] if after is None else await self.reader.newest_turns(
+            session_id, after, state.turns, CONTEXT_MAX_TURNS))
         parts = strategy.build(state, turns, budget)
         return SessionContext(
             session_id=session_id, strategy=state.strategy, mode=parts.mode,
@@ -204,27 +228,19 @@ class SessionService:
             budget_tokens=budget, warning=fold_warning(state, self.folds),
             health=_health(state))
 
-    async def delete(self, session_id: str) -> None:
-        if not await self.repository.delete(session_id):
-            raise NotFound(f"session {session_id!r} not found")
-        log.info("session %s deleted", session_id)
-
     async def turns(self, session_id: str, limit: int, cursor: str | None) -> TurnPage:
         """The log, newest first: every turn, folded, dropped or not."""
         before = _turn_cursor(cursor) if cursor is not None else None
         await self._state(session_id)
         page, next_cursor = cut_page(
-            await self.repository.turns_before(session_id, before, limit + 1), limit,
+            await self.reader.turns_before(session_id, before, limit + 1), limit,
             lambda t: (t.created_at, str(t.seq)))
         return TurnPage(items=[_turn(t) for t in page], next_cursor=next_cursor)
 
     async def events(self, session_id: str, limit: int, cursor: str | None) -> SessionEventPage:
         after = decode_cursor(cursor) if cursor is not None else None
         await self._state(session_id)
-        page, next_cursor = cut_page(await self.repository.events(session_id, limit + 1, after),
-                                     limit, lambda e: (e.created_at, e.id))
-        return SessionEventPage(
-            items=[SessionEventItem(id=r.id, kind=r.kind, detail=r.detail,
-                                    created_at=r.created_at) for r in page],
-            next_cursor=next_cursor)
-
+        page, next_cursor = cut_page(await self.reader.events(session_id, limit + 1, after),
+                                     limit, lambda e: (e["created_at"], e["id"]))
+        return SessionEventPage(items=[SessionEventItem(**e) for e in page],
+                                next_cursor=next_cursor)

@@ -10,7 +10,10 @@ import pytest
 from sqlalchemy import text
 
 from app.resources import Resources
-from app.sessions.repository import SessionRepository
+from app.sessions.config import fold_policy
+from app.sessions.repository import SessionReader, SessionRepository
+from app.sessions.service import SessionReads
+from app.sessions.types import SessionState
 from tests.conftest import TenantKey, make_client
 from tests.integration.sessions.conftest import append, get_json, new_id, with_settings
 
@@ -343,3 +346,36 @@ async def test_an_append_that_fails_half_way_leaves_nothing(
     assert [t["content"] for t in context["turns"]] == [f"turn {i}" for i in range(5)]
     # The number is not burnt: the next turn is the sixth.
     assert (await append(small_client, sid, "the real sixth"))["seq"] == 6
+
+
+class AppendingBetweenReads(SessionReader):
+    """Appends a turn through HTTP after the session is read, before its turns are: the
+    context's two statements run outside any transaction."""
+
+    def __init__(self, inner: SessionReader, client: httpx.AsyncClient) -> None:
+        super().__init__(inner.db, inner.tenant_id)
+        self.client = client
+
+    async def get(self, session_id: str) -> SessionState | None:
+        state = await super().get(session_id)
+        await append(self.client, session_id, "a turn appended between the reads")
+        return state
+
+
+async def test_a_context_is_the_session_as_read_without_turns_appended_meanwhile(
+    resources: Resources, tenant: TenantKey, client: httpx.AsyncClient,
+) -> None:
+    res = with_settings(resources, session_strategy="truncation")
+    sid = new_id()
+    async with make_client(res, tenant.headers) as c:
+        for i in range(3):
+            await append(c, sid, f"turn {i + 1}")
+    reader = SessionReader(await resources.memory_reader(), tenant.tenant_id)
+    reads = SessionReads(AppendingBetweenReads(reader, client), folds=fold_policy(res.settings),
+                         budget_tokens=2000)
+
+    context = await reads.context(sid)
+
+    assert [t.seq for t in context.turns] == [1, 2, 3]
+    assert context.omitted_turns == 0
+    assert (await get_json(client, f"/v1/sessions/{sid}"))["counts"]["turns"] == 4
