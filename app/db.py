@@ -1,4 +1,5 @@
-"""The engine, the session factory, and the one-transaction-per-request dependency."""
+"""The engine, the session factory, the one-transaction-per-request dependency, and the
+maintenance purges' batched delete."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol
 
 from fastapi import Request
+from sqlalchemy import Delete
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -56,6 +58,19 @@ def create_engine(url: str, settings: Settings) -> AsyncEngine:
 def asyncpg_dsn(engine: AsyncEngine) -> str:
     """The engine's URL as libpq/asyncpg spell it, for the code that uses asyncpg directly."""
     return engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+async def delete_in_batches(engine: AsyncEngine, stmt: Delete, batch: int) -> int:
+    """Run `stmt`, a DELETE of at most `batch` rows, one transaction at a time until a
+    round deletes fewer; how many rows in all. For the maintenance purges: no round holds
+    many locks for long."""
+    total = 0
+    while True:
+        async with engine.begin() as conn:
+            removed = int((await conn.execute(stmt)).rowcount or 0)
+        total += removed
+        if removed < batch:
+            return total
 
 
 def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:

@@ -24,7 +24,7 @@ from sqlalchemy import (
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from app.db import Fetcher
+from app.db import Fetcher, delete_in_batches
 from app.models import SCOPE_COLUMNS, Memory
 from app.models.vector import vector_text
 
@@ -212,11 +212,5 @@ async def purge_expired(engine: AsyncEngine, batch: int = 1000) -> int:
         .limit(batch)
         .with_for_update(skip_locked=True)
     )
-    stmt = delete(Memory).where(Memory.id.in_(expired.scalar_subquery()))
-    total = 0
-    while True:
-        async with engine.begin() as conn:
-            removed = int((await conn.execute(stmt)).rowcount or 0)
-        total += removed
-        if removed < batch:
-            return total
+    return await delete_in_batches(
+        engine, delete(Memory).where(Memory.id.in_(expired.scalar_subquery())), batch)
