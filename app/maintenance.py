@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from app.idempotency.repository import purge_older_than
 from app.memories.repository import purge_expired
 from app.resources import Resources
+from app.service.metrics import MAINTENANCE_DELETED, MAINTENANCE_FAILURES
 from app.sessions.repository import purge_idle
 
 log = logging.getLogger("engram.maintenance")
@@ -18,17 +19,19 @@ log = logging.getLogger("engram.maintenance")
 INTERVAL_SECONDS = 3600.0
 
 
-async def every(seconds: float, job: Callable[[], Awaitable[int]], name: str,
+async def every(seconds: float, job: Callable[[], Awaitable[int]], *, what: str, name: str,
                 done: str) -> None:
     """Run `job` now and then every `seconds` until cancelled; `done` is logged with the
-    count of a round that removed anything."""
+    count of a round that removed anything, which /metrics adds up under `what`."""
     while True:
         try:
             removed = await job()
             if removed:
+                MAINTENANCE_DELETED.labels(what).inc(removed)
                 log.info(done, removed)
         except Exception:
             # Housekeeping must never take the service down; the next round retries.
+            MAINTENANCE_FAILURES.labels(what).inc()
             log.exception("%s failed; retrying in %.0f s", name, seconds)
         await asyncio.sleep(seconds)
 
@@ -44,10 +47,12 @@ def start_maintenance(resources: Resources) -> None:
         return await purge_expired(resources.engine)
 
     resources.background += [
-        asyncio.create_task(every(INTERVAL_SECONDS, forget_keys, "idempotency key purge",
-                                  f"forgot %d idempotency keys older than {ttl}")),
+        asyncio.create_task(every(INTERVAL_SECONDS, forget_keys, what="idempotency_keys",
+                                  name="idempotency key purge",
+                                  done=f"forgot %d idempotency keys older than {ttl}")),
         asyncio.create_task(every(settings.expired_purge_seconds, delete_expired,
-                                  "expired memory purge", "deleted %d expired memories")),
+                                  what="expired_memories", name="expired memory purge",
+                                  done="deleted %d expired memories")),
     ]
     if settings.session_retention_days > 0:
         idle = timedelta(days=settings.session_retention_days)
@@ -56,5 +61,5 @@ def start_maintenance(resources: Resources) -> None:
             return await purge_idle(resources.engine, idle)
 
         resources.background.append(asyncio.create_task(every(
-            INTERVAL_SECONDS, delete_idle_sessions, "idle session purge",
-            f"deleted %d sessions idle for more than {idle}")))
+            INTERVAL_SECONDS, delete_idle_sessions, what="idle_sessions",
+            name="idle session purge", done=f"deleted %d sessions idle for more than {idle}")))

@@ -26,6 +26,7 @@ from app.migrate import upgrade_to_head  # noqa: E402
 from app.providers.hash_embedder import HashEmbedder  # noqa: E402
 from app.providers.local_embedder import LocalEmbedder  # noqa: E402
 from app.resources import Resources  # noqa: E402
+from app.service.metrics import REGISTRY  # noqa: E402
 from app.settings import Settings  # noqa: E402
 from app.tenants.keys import display_prefix, hash_key, new_key  # noqa: E402
 from app.tenants.repository import TenantRepository  # noqa: E402
@@ -149,3 +150,8 @@ async def client(resources: Resources, tenant: TenantKey) -> AsyncIterator[httpx
 async def anon_client(resources: Resources) -> AsyncIterator[httpx.AsyncClient]:
     async with make_client(resources) as c:
         yield c
+
+
+def sample(name: str, **labels: str) -> float:
+    """A metric's current value in this process (0 before its first count)."""
+    return REGISTRY.get_sample_value(name, labels) or 0.0

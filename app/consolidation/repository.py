@@ -336,14 +336,16 @@ ABANDONED_RUNS = text("""
               AND l.classid = ((r.lock_key >> 32) & 4294967295)::oid
               AND l.objid = (r.lock_key & 4294967295)::oid
               AND l.objsubid = 1)
-    RETURNING r.tenant_id, r.id
+    RETURNING r.tenant_id, r.id, r.trigger
 """)
 
 
-async def fail_abandoned(session: AsyncSession, error: str) -> list[tuple[uuid.UUID, uuid.UUID]]:
-    """Mark failed every started run whose lock holder no longer holds its lock."""
+async def fail_abandoned(session: AsyncSession,
+                         error: str) -> list[tuple[uuid.UUID, uuid.UUID, str]]:
+    """Mark failed every started run whose lock holder no longer holds its lock; their
+    tenant, id and trigger."""
     rows = (await session.execute(ABANDONED_RUNS, {"error": error})).all()
-    return [(r.tenant_id, r.id) for r in rows]
+    return [(r.tenant_id, r.id, r.trigger) for r in rows]
 
 
 # One statement, so one snapshot: a worker claims a run (started_at) before its job ends,
@@ -354,14 +356,15 @@ NEVER_STARTED_RUNS = text(f"""
      WHERE r.status = 'running'
        AND r.lock_pid IS NULL AND r.started_at IS NULL
        AND NOT {job_pending("r.id::text")}
-    RETURNING r.tenant_id, r.id
+    RETURNING r.tenant_id, r.id, r.trigger
 """)
 
 
 async def fail_never_started(session: AsyncSession, error: str,
-                             job: str) -> list[tuple[uuid.UUID, uuid.UUID]]:
+                             job: str) -> list[tuple[uuid.UUID, uuid.UUID, str]]:
     """Mark failed every queued run whose job (entry point `job`, payload `run_id`) has
-    left the queue without starting it: it failed on every try, or was deleted."""
+    left the queue without starting it: it failed on every try, or was deleted. Their
+    tenant, id and trigger."""
     rows = (await session.execute(NEVER_STARTED_RUNS, {
         "error": error, "job_entrypoint": job, "job_payload_key": "run_id"})).all()
-    return [(r.tenant_id, r.id) for r in rows]
+    return [(r.tenant_id, r.id, r.trigger) for r in rows]

@@ -33,6 +33,7 @@ from app.errors import Conflict
 from app.ids import uuid7
 from app.models import ConsolidationRun
 from app.resources import Resources
+from app.service.metrics import CONSOLIDATION_RUNS
 
 log = logging.getLogger("engram.consolidation")
 
@@ -223,8 +224,10 @@ class ConsolidationRunner:
                            values: dict[str, Any]) -> ConsolidationRun:
         """The run's last write, flushed to disk (and with it every earlier one)."""
         async with tx.begin(durable=True) as session:
-            return await ConsolidationRepository(session, self.tenant_id).finish_run(
+            run = await ConsolidationRepository(session, self.tenant_id).finish_run(
                 run_id, values)
+        CONSOLIDATION_RUNS.labels(run.trigger, run.status).inc()
+        return run
 
     async def _fail(self, run_id: uuid.UUID, error: str) -> None:
         """Mark a run failed, its groups rebuilt from the summaries it really wrote.
@@ -239,6 +242,7 @@ class ConsolidationRunner:
                 groups = reconcile_groups(run, await repo.summaries_of_run(run_id))
                 await repo.update_run(run_id, {"status": "failed", "error": error,
                                                "groups": groups, "finished_at": func.now()})
+            CONSOLIDATION_RUNS.labels(run.trigger, "failed").inc()
         except Exception:
             log.exception("could not mark consolidation run %s failed; the crash sweep will",
                           run_id)
@@ -286,12 +290,14 @@ async def fail_abandoned_runs(sessionmaker: Any) -> int:
     whose job ended without starting it, which wrote nothing."""
     async with sessionmaker() as session, session.begin():
         never_started = await fail_never_started(session, NEVER_STARTED, RUN_JOB)
-    for tenant_id, run_id in never_started:
+    for tenant_id, run_id, trigger in never_started:
+        CONSOLIDATION_RUNS.labels(trigger, "failed").inc()
         log.warning("consolidation run %s of tenant %s never started: its job is gone",
                     run_id, tenant_id)
     async with sessionmaker() as session, session.begin():
         failed = await fail_abandoned(session, CUT_OFF)
-    for tenant_id, run_id in failed:
+    for tenant_id, run_id, trigger in failed:
+        CONSOLIDATION_RUNS.labels(trigger, "failed").inc()
         async with sessionmaker() as session, session.begin():
             repo = ConsolidationRepository(session, tenant_id)
             run = await repo.get_run(run_id, for_update=True)

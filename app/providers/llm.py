@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from typing import Any, Protocol
 
 import httpx
 
 from app.errors import ProviderError
+from app.service.metrics import LLM_CALLS, LLM_SECONDS
 from app.settings import Settings
 
 log = logging.getLogger("engram.llm")
@@ -105,7 +107,10 @@ class ChatCompletionsClient:
             payload["max_tokens"] = self._max_tokens
         attempt = 0
         while True:
+            started = time.perf_counter()
             outcome, retry_after = await self._attempt(payload)
+            LLM_SECONDS.observe(time.perf_counter() - started)
+            LLM_CALLS.labels("ok" if isinstance(outcome, str) else outcome.code).inc()
             if isinstance(outcome, str):
                 return outcome
             error = outcome

@@ -1,5 +1,9 @@
-"""Prometheus metrics: request counts and latencies by route, recorded by a thin ASGI layer,
-and the sessions' folds and events."""
+"""Prometheus metrics: request counts and latencies by route, recorded by a thin ASGI layer;
+and the background work an operator alerts on without reading logs: jobs, the queue,
+consolidation runs, LLM calls, the sessions' folds and events, the maintenance rounds.
+
+Every metric is this process's (one per replica); Prometheus sums them across replicas.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
 )
@@ -28,6 +33,35 @@ SESSION_FOLDS = Counter("engram_session_folds_total",
                         "(its turns were dropped meanwhile)", ["outcome"], registry=REGISTRY)
 SESSION_EVENTS = Counter("engram_session_events_total", "Session events recorded", ["kind"],
                          registry=REGISTRY)
+JOBS = Counter("engram_jobs_total",
+               "Background job runs by job and outcome: done; retry (it asked to run again "
+               "later); failed (it raised and will be tried again); gave_up (it raised on "
+               "its last try and was dropped); cancelled (the worker stopped under it)",
+               ["job", "outcome"], registry=REGISTRY)
+JOB_SECONDS = Histogram("engram_job_seconds", "Background job run time", ["job"],
+                        registry=REGISTRY,
+                        buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800))
+JOBS_QUEUED = Gauge("engram_jobs_in_queue",
+                    "Jobs in the queue by job and status (queued, picked), as of the last "
+                    "minute's sweep", ["job", "status"], registry=REGISTRY)
+CONSOLIDATION_RUNS = Counter("engram_consolidation_runs_total",
+                             "Consolidation runs ended, by trigger (api, auto) and status "
+                             "(succeeded, planned, failed; failed includes runs the crash "
+                             "sweep found cut off or never started)", ["trigger", "status"],
+                             registry=REGISTRY)
+LLM_CALLS = Counter("engram_llm_calls_total",
+                    "HTTP calls to the LLM, each retry counted, by outcome: ok or the error "
+                    "(llm_timeout, llm_connection_error, llm_http_error, llm_bad_response)",
+                    ["outcome"], registry=REGISTRY)
+LLM_SECONDS = Histogram("engram_llm_call_seconds", "Time of one HTTP call to the LLM",
+                        registry=REGISTRY,
+                        buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))
+MAINTENANCE_DELETED = Counter("engram_maintenance_deleted_total",
+                              "Rows the maintenance rounds deleted, by what: expired_memories, "
+                              "idempotency_keys, idle_sessions", ["what"], registry=REGISTRY)
+MAINTENANCE_FAILURES = Counter("engram_maintenance_failures_total",
+                               "Maintenance rounds that failed (retried next round), by what",
+                               ["what"], registry=REGISTRY)
 
 
 def render_metrics() -> tuple[bytes, str]:

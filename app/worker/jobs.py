@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 
 from app.resources import Resources
+from app.service.metrics import JOBS_QUEUED
+from app.worker.queue import queue_counts
 from app.worker.registry import JobRegistry
 
 log = logging.getLogger("engram.worker")
@@ -22,10 +24,20 @@ def default_registry() -> JobRegistry:
 
 
 async def recover(resources: Resources) -> None:
-    """Mark work a crash cut off, or a queued run whose job is gone, and queue the fold of
-    sessions left with one due; logged, never fatal (the next sweep retries)."""
+    """Mark work a crash cut off, or a queued run whose job is gone, queue the fold of
+    sessions left with one due, and count the queue's jobs for /metrics; logged, never
+    fatal (the next sweep retries)."""
     from app.consolidation.runs import fail_abandoned_runs
     from app.sessions.jobs import requeue_stalled_folds
+
+    try:
+        counts = await queue_counts(resources.engine)
+    except Exception:
+        log.exception("counting the queue's jobs failed")
+    else:
+        JOBS_QUEUED.clear()  # a job or status no longer in the queue reads 0, not stale
+        for job, status, count in counts:
+            JOBS_QUEUED.labels(job, status).set(count)
 
     try:
         due = await requeue_stalled_folds(resources)

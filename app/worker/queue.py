@@ -2,7 +2,8 @@
 
 `enqueue` writes the job through the caller's own SQLAlchemy session (its raw asyncpg
 connection), so the job commits or vanishes with the rows that caused it. `job_pending`
-lets a domain's SQL ask whether the job for one of its rows can still run.
+lets a domain's SQL ask whether the job for one of its rows can still run; `queue_counts`
+says how many jobs wait or run.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pgqueuer.domain.settings import DBSettings, Durability
 from pgqueuer.ports.driver import Driver
 from pgqueuer.queries import Queries
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 QUEUE_SCHEMA = "pgqueuer"
 """Migration 0002 installs pgqueuer's tables in this schema, apart from ours."""
@@ -94,3 +95,13 @@ def job_pending(payload_value_sql: str) -> str:
          WHERE job.entrypoint = :job_entrypoint
            AND convert_from(job.payload, 'UTF8')::jsonb ->> :job_payload_key
                = {payload_value_sql})"""
+
+
+async def queue_counts(engine: AsyncEngine) -> list[tuple[str, str, int]]:
+    """(job, status, count) of the jobs in the queue: `queued` (waiting, or waiting to
+    retry) and `picked` (running)."""
+    async with engine.connect() as conn:
+        rows = await conn.execute(text(
+            f"SELECT entrypoint, status::text, count(*) "
+            f"FROM {QUEUE_SCHEMA}.{QUEUE_SETTINGS.queue_table} GROUP BY 1, 2"))
+        return [(r[0], r[1], int(r[2])) for r in rows]

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -29,6 +30,7 @@ from pgqueuer.domain.types import Channel
 from pgqueuer.qm import QueueManager
 
 from app.db import asyncpg_dsn
+from app.service.metrics import JOB_SECONDS, JOBS
 from app.worker.queue import QUEUE_SETTINGS, queue_queries
 from app.worker.registry import JobContext, JobRegistry, JobSpec, RetryLater
 
@@ -119,13 +121,23 @@ class Worker:
             payload = json.loads(job.payload or b"{}")
             context = JobContext(self.resources, int(job.id), job.attempts + 1,
                                  spec.max_attempts)
+            started = time.perf_counter()
+            outcome = "done"
             try:
                 await spec.handler(context, payload)
             except RetryLater as retry:
+                outcome = "retry"
                 raise RetryRequested(delay=retry.delay, reason=retry.reason) from retry
             except Exception:
+                outcome = "gave_up" if context.last_try else "failed"
                 log.exception("job %s %d failed (try %d of %d)", spec.name, job.id,
                               job.attempts + 1, spec.max_attempts)
                 raise
+            except asyncio.CancelledError:
+                outcome = "cancelled"  # the worker stopping; the job is picked again
+                raise
+            finally:
+                JOBS.labels(spec.name, outcome).inc()
+                JOB_SECONDS.labels(spec.name).observe(time.perf_counter() - started)
 
         return run

@@ -22,7 +22,7 @@ from app.maintenance import every, start_maintenance
 from app.memories.repository import purge_expired
 from app.resources import Resources
 from app.search.term_stats import fold_term_stats
-from tests.conftest import TenantKey, make_client
+from tests.conftest import TenantKey, make_client, sample
 
 
 def at(**delta: float) -> str:
@@ -169,7 +169,10 @@ async def test_a_failed_round_is_logged_and_the_next_one_runs(
         return calls >= 2
 
     caplog.set_level(logging.INFO, logger="engram.maintenance")
-    task = asyncio.create_task(every(0.01, job, "test purge", "removed %d things"))
+    deleted = sample("engram_maintenance_deleted_total", what="test_rows")
+    failures = sample("engram_maintenance_failures_total", what="test_rows")
+    task = asyncio.create_task(every(0.01, job, what="test_rows", name="test purge",
+                                     done="removed %d things"))
     try:
         await wait_for(ran_twice, "the round after the failure never ran")
     finally:
@@ -181,12 +184,16 @@ async def test_a_failed_round_is_logged_and_the_next_one_runs(
     assert failed[0].getMessage() == "test purge failed; retrying in 0 s"
     assert failed[0].exc_info is not None
     assert "removed 3 things" in [r.getMessage() for r in caplog.records]
+    assert sample("engram_maintenance_failures_total", what="test_rows") - failures == 1
+    assert sample("engram_maintenance_deleted_total", what="test_rows") - deleted \
+        == 3 * (calls - 1)
 
 
 async def test_the_service_deletes_expired_memories_in_the_background(
     resources: Resources, client: httpx.AsyncClient,
 ) -> None:
     (expired,) = await seed(client, [{"content": "gone soon", "expires_at": at(seconds=1)}])
+    counted = sample("engram_maintenance_deleted_total", what="expired_memories")
     settings = resources.settings.model_copy(update={"expired_purge_seconds": 0.05})
     background = replace(resources, settings=settings, background=[])
 
@@ -202,3 +209,4 @@ async def test_the_service_deletes_expired_memories_in_the_background(
         await asyncio.gather(*background.background, return_exceptions=True)
 
     assert (await client.get(f"/v1/memories/{expired}")).status_code == 404
+    assert sample("engram_maintenance_deleted_total", what="expired_memories") >= counted + 1

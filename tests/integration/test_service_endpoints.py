@@ -96,6 +96,17 @@ async def test_metrics_is_prometheus_text_counting_requests_by_route(
     assert (requests_total(after, "GET", "/v1/memories/{memory_id}", "200")
             - requests_total(before, "GET", "/v1/memories/{memory_id}", "200")) == 1
     assert created.json()["id"] not in after
+    # The background work's families are declared from the start, counted or not.
+    for family, kind in (("engram_jobs_total", "counter"), ("engram_job_seconds", "histogram"),
+                         ("engram_jobs_in_queue", "gauge"),
+                         ("engram_consolidation_runs_total", "counter"),
+                         ("engram_llm_calls_total", "counter"),
+                         ("engram_llm_call_seconds", "histogram"),
+                         ("engram_session_folds_total", "counter"),
+                         ("engram_session_events_total", "counter"),
+                         ("engram_maintenance_deleted_total", "counter"),
+                         ("engram_maintenance_failures_total", "counter")):
+        assert f"# TYPE {family} {kind}" in after, family
 
 
 @pytest.mark.parametrize(

@@ -33,7 +33,7 @@ from app.resources import Resources
 from app.worker.jobs import default_registry
 from app.worker.registry import JobContext
 from app.worker.runner import Worker
-from tests.conftest import TenantKey, make_client
+from tests.conftest import TenantKey, make_client, sample
 from tests.integration.consolidation.conftest import GatedLLM, memory, seed, summaries, wait_for_run
 
 
@@ -79,11 +79,14 @@ async def test_a_run_whose_process_died_is_marked_failed_and_keeps_its_committed
                 "metadata": {}, "embedding": vector})
             assert await writer.archive(ids[0:2], run_id) == 2
 
+    failed_before = sample("engram_consolidation_runs_total", trigger="api", status="failed")
     assert await fail_abandoned_runs(resources.sessionmaker) >= 1
 
     run = (await client.get(f"/v1/consolidations/{run_id}")).json()
     assert run["status"] == "failed"
     assert run["error"] == CUT_OFF
+    assert sample("engram_consolidation_runs_total", trigger="api",
+                  status="failed") >= failed_before + 1
     assert run["finished_at"] is not None
     assert [(g["outcome"], g["summary_id"], g["removed_ids"]) for g in run["groups"]] == [
         ("written", str(summary_id), ids[0:2]), ("failed", None, [])]

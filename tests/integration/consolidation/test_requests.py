@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from app.resources import Resources
-from tests.conftest import TenantKey, make_client
+from tests.conftest import TenantKey, make_client, sample
 from tests.integration.consolidation.conftest import consolidate, get_memory, memory, seed
 
 
@@ -81,11 +81,17 @@ async def test_a_strategy_that_needs_an_llm_is_refused_when_none_is_configured(
 
 async def test_simple_and_extractive_work_without_an_llm(client: httpx.AsyncClient) -> None:
     await seed(client, [memory(f"Met Bob on day {i}.", i) for i in range(3)])
+    before = {s: sample("engram_consolidation_runs_total", trigger="api", status=s)
+              for s in ("planned", "succeeded")}
 
+    planned = await consolidate(client, user_id="u1", op={"name": "extractive"}, dry_run=True)
     result = await consolidate(client, user_id="u1", op={"name": "extractive"})
 
+    assert planned["status"] == "planned"
     assert result["status"] == "succeeded"
     assert [g["mode"] for g in result["groups"]] == ["extractive"]
+    assert {s: sample("engram_consolidation_runs_total", trigger="api", status=s) - before[s]
+            for s in before} == {"planned": 1, "succeeded": 1}
 
 
 async def test_every_criterion_is_a_predicate_of_the_candidate_query(

@@ -12,6 +12,7 @@ import pytest
 from app.consolidation.ops import LLMSynthesis
 from app.consolidation.types import Entry, OpContext
 from app.providers.llm import ChatCompletionsClient, LLMError
+from tests.conftest import sample
 from tests.fakes.llm_server import (
     Deterministic,
     Fail,
@@ -164,6 +165,30 @@ async def test_an_unreachable_server_is_a_connection_error() -> None:
             await llm.complete("s", "u")
 
     assert (caught.value.code, caught.value.status) == ("llm_connection_error", 503)
+
+
+OUTCOMES = ("ok", "llm_timeout", "llm_connection_error", "llm_http_error", "llm_bad_response")
+
+
+def calls() -> dict[str, float]:
+    return {o: sample("engram_llm_calls_total", outcome=o) for o in OUTCOMES}
+
+
+async def test_every_call_is_counted_by_outcome_in_the_metrics(
+    server: FakeLLMServer, client: ChatCompletionsClient
+) -> None:
+    before, timed = calls(), sample("engram_llm_call_seconds_count")
+    server.script(Fail(500), Hang(seconds=5), Reply("ok"), Garbage())
+
+    assert await client.complete("s", "u") == "ok"
+    with pytest.raises(LLMError):
+        await client.complete("s", "u")
+
+    after = calls()
+    assert {o: after[o] - before[o] for o in OUTCOMES} == {
+        "ok": 1, "llm_timeout": 1, "llm_connection_error": 0, "llm_http_error": 1,
+        "llm_bad_response": 1}
+    assert sample("engram_llm_call_seconds_count") - timed == 4
 
 
 async def test_concurrent_calls_overlap(server: FakeLLMServer) -> None:

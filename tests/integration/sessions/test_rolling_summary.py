@@ -16,7 +16,6 @@ from sqlalchemy import text
 
 from app.providers.llm import ChatCompletionsClient
 from app.resources import Resources
-from app.service.metrics import REGISTRY
 from app.sessions import folder as folder_module
 from app.sessions.folder import FOLD_JOB
 from app.sessions.jobs import requeue_stalled_folds
@@ -24,7 +23,7 @@ from app.sessions.summariser import ExtractiveSummariser
 from app.sessions.types import TurnView
 from app.worker.jobs import default_registry
 from app.worker.runner import Worker
-from tests.conftest import TenantKey, make_client
+from tests.conftest import TenantKey, make_client, sample
 from tests.fakes.llm_server import Deterministic, Fail, FakeLLMServer, Garbage, Hang, Reply
 from tests.integration.sessions.conftest import (
     SMALL,
@@ -393,10 +392,6 @@ async def test_the_worker_folds_in_the_background_and_the_sweep_requeues(
             await worker.stop()
     assert session["cursor"] == 4
     assert session["health"]["state"] == "healthy"
-
-
-def sample(name: str, **labels: str) -> float:
-    return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
 async def test_folds_and_events_are_counted_in_the_metrics(

@@ -15,7 +15,7 @@ from sqlalchemy import text
 from app.maintenance import start_maintenance
 from app.resources import Resources
 from app.sessions.repository import purge_idle
-from tests.conftest import TenantKey, make_client
+from tests.conftest import TenantKey, make_client, sample
 from tests.integration.sessions.conftest import append, new_id
 from tests.integration.test_maintenance import wait_for
 
@@ -124,6 +124,7 @@ async def test_the_service_deletes_idle_sessions_in_the_background_only_with_ret
     assert len(off.background) == 2  # keys and expired memories only
     assert await rows(resources, tenant, sid) == (1, 2, 0)
 
+    counted = sample("engram_maintenance_deleted_total", what="idle_sessions")
     on = replace(resources, background=[], settings=resources.settings.model_copy(
         update={"session_retention_days": 1}))
     start_maintenance(on)
@@ -137,4 +138,5 @@ async def test_the_service_deletes_idle_sessions_in_the_background_only_with_ret
             task.cancel()
         await asyncio.gather(*on.background, return_exceptions=True)
     assert len(on.background) == 3
+    assert sample("engram_maintenance_deleted_total", what="idle_sessions") >= counted + 1
 

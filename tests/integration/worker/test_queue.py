@@ -1,5 +1,6 @@
 """The job queue: the migrated schema is what pgqueuer expects, enqueue is transactional,
-and the worker runs registered handlers with retries."""
+the worker runs registered handlers with retries, and /metrics counts the runs by outcome
+and the queue's jobs."""
 
 from __future__ import annotations
 
@@ -14,9 +15,16 @@ from sqlalchemy import text
 
 from app.db import asyncpg_dsn
 from app.resources import Resources
+from app.worker.jobs import recover
 from app.worker.queue import QUEUE_SCHEMA, enqueue, queue_queries
 from app.worker.registry import JobContext, JobRegistry, RetryLater
 from app.worker.runner import Worker
+from tests.conftest import sample
+
+
+def runs(job: str) -> dict[str, float]:
+    return {outcome: sample("engram_jobs_total", job=job, outcome=outcome)
+            for outcome in ("done", "retry", "failed", "gave_up", "cancelled")}
 
 
 async def jobs_named(resources: Resources, name: str) -> int:
@@ -80,3 +88,57 @@ async def test_the_worker_runs_handlers_and_retries_failures(resources: Resource
 
     assert seen == [("flaky", 1, 7), ("flaky", 2, 7), ("flaky", 3, 7)]
     assert await jobs_named(resources, "test.flaky") == 0
+    assert runs("test.flaky") == {"done": 1, "retry": 1, "failed": 1, "gave_up": 0,
+                                  "cancelled": 0}
+    assert sample("engram_job_seconds_count", job="test.flaky") == 3
+
+
+async def test_a_job_failing_on_its_last_try_is_counted_as_given_up(
+    resources: Resources,
+) -> None:
+    tries = 0
+    last = asyncio.Event()
+
+    async def broken(context: JobContext, payload: Mapping[str, Any]) -> None:
+        nonlocal tries
+        tries += 1
+        if context.last_try:
+            last.set()
+        raise RuntimeError("always fails")
+
+    registry = JobRegistry()
+    registry.register("test.broken", broken, max_attempts=2, retry_delay=timedelta(0))
+    worker = Worker(resources, registry, poll_interval=timedelta(seconds=1))
+    await worker.start()
+    try:
+        async with resources.sessionmaker() as session:
+            await enqueue(session, "test.broken", {})
+            await session.commit()
+        await asyncio.wait_for(last.wait(), 15)
+        for _ in range(100):  # the job's row leaves the queue once it is given up
+            if await jobs_named(resources, "test.broken") == 0:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await worker.stop()
+
+    assert tries == 2
+    assert runs("test.broken") == {"done": 0, "retry": 0, "failed": 1, "gave_up": 1,
+                                   "cancelled": 0}
+
+
+async def test_the_sweep_counts_the_queues_jobs_for_the_metrics(resources: Resources) -> None:
+    async with resources.sessionmaker() as session:
+        for n in range(3):
+            await enqueue(session, "test.waiting", {"n": n})
+        await session.commit()
+    await recover(resources)
+    waiting = sample("engram_jobs_in_queue", job="test.waiting", status="queued")
+
+    async with resources.engine.begin() as conn:
+        await conn.execute(text(f"DELETE FROM {QUEUE_SCHEMA}.pgqueuer "
+                                "WHERE entrypoint = 'test.waiting'"))
+    await recover(resources)
+
+    assert waiting == 3
+    assert sample("engram_jobs_in_queue", job="test.waiting", status="queued") == 0
