@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,6 +17,7 @@ import httpx
 
 from app.errors import ProviderError
 from app.providers.embedder import Vector
+from app.service.metrics import EMBEDDING_CALLS, EMBEDDING_SECONDS
 
 log = logging.getLogger("engram.embedder")
 
@@ -76,6 +78,7 @@ class OpenAIEmbedder:
         attempt = 0
         while True:
             retry_after: float | None = None
+            started = time.perf_counter()
             try:
                 response = await self._client.post("embeddings", json=payload)
             except httpx.TimeoutException as exc:
@@ -87,7 +90,13 @@ class OpenAIEmbedder:
                                        code="embedding_unavailable", status=503)
             else:
                 if response.status_code == 200:
-                    return self._parse(response, len(texts))
+                    try:
+                        vectors = self._parse(response, len(texts))
+                    except EmbeddingError as exc:
+                        _count(started, exc.code)
+                        raise
+                    _count(started, "ok")
+                    return vectors
                 # The body stays in the log: it can echo credentials back.
                 log.warning("embeddings API answered %d: %s", response.status_code,
                             response.text[:500])
@@ -95,8 +104,10 @@ class OpenAIEmbedder:
                     f"the embeddings API answered {response.status_code}",
                     code="embedding_upstream_error", status=502)
                 if response.status_code not in RETRYABLE_STATUS:
+                    _count(started, error.code)
                     raise error
                 retry_after = _retry_after(response)
+            _count(started, error.code)
             if attempt >= self._max_retries:
                 raise error
             delay = self._backoff_base * (2**attempt)
@@ -144,3 +155,8 @@ def _normalise(vec: Vector) -> Vector:
         raise EmbeddingError("the embeddings API returned a zero or non-finite vector",
                              code="embedding_bad_response")
     return [x / norm for x in vec]
+
+
+def _count(started: float, outcome: str) -> None:
+    EMBEDDING_CALLS.labels(outcome).inc()
+    EMBEDDING_SECONDS.observe(time.perf_counter() - started)

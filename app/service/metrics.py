@@ -1,6 +1,7 @@
 """Prometheus metrics: request counts and latencies by route, recorded by a thin ASGI layer;
 and the background work an operator alerts on without reading logs: jobs, the queue,
-consolidation runs, LLM calls, the sessions' folds and events, the maintenance rounds.
+consolidation runs, LLM and embeddings endpoint calls, the sessions' folds and events, the
+maintenance rounds.
 
 Every metric is this process's (one per replica); Prometheus sums them across replicas.
 """
@@ -56,6 +57,15 @@ LLM_CALLS = Counter("engram_llm_calls_total",
 LLM_SECONDS = Histogram("engram_llm_call_seconds", "Time of one HTTP call to the LLM",
                         registry=REGISTRY,
                         buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))
+EMBEDDING_CALLS = Counter("engram_embedding_calls_total",
+                          "HTTP calls to the OpenAI-compatible embeddings endpoint, each retry "
+                          "counted, by outcome: ok or the error (embedding_timeout, "
+                          "embedding_unavailable, embedding_upstream_error, "
+                          "embedding_bad_response)", ["outcome"], registry=REGISTRY)
+EMBEDDING_SECONDS = Histogram("engram_embedding_call_seconds",
+                              "Time of one HTTP call to the embeddings endpoint",
+                              registry=REGISTRY,
+                              buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
 MAINTENANCE_DELETED = Counter("engram_maintenance_deleted_total",
                               "Rows the maintenance rounds deleted, by what: expired_memories, "
                               "idempotency_keys, idle_sessions", ["what"], registry=REGISTRY)

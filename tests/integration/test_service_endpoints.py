@@ -102,6 +102,8 @@ async def test_metrics_is_prometheus_text_counting_requests_by_route(
                          ("engram_consolidation_runs_total", "counter"),
                          ("engram_llm_calls_total", "counter"),
                          ("engram_llm_call_seconds", "histogram"),
+                         ("engram_embedding_calls_total", "counter"),
+                         ("engram_embedding_call_seconds", "histogram"),
                          ("engram_session_folds_total", "counter"),
                          ("engram_session_events_total", "counter"),
                          ("engram_maintenance_deleted_total", "counter"),

@@ -25,7 +25,7 @@ from sqlalchemy import select
 from app.models import Memory
 from app.providers.openai_embedder import EmbeddingError, OpenAIEmbedder
 from app.resources import Resources
-from tests.conftest import create_tenant_key, make_client
+from tests.conftest import create_tenant_key, make_client, sample
 
 DIMS = 384
 API_KEY = "sk-test-embeddings"
@@ -330,6 +330,32 @@ async def test_always_500_gives_up_after_bounded_retries(
     assert caught.value.code == "embedding_upstream_error"
     assert caught.value.status == 502
     assert len(server.requests) == MAX_RETRIES + 1
+
+
+EMBEDDING_OUTCOMES = ("ok", "embedding_timeout", "embedding_unavailable",
+                      "embedding_upstream_error", "embedding_bad_response")
+
+
+def embedding_calls() -> dict[str, float]:
+    return {o: sample("engram_embedding_calls_total", outcome=o) for o in EMBEDDING_OUTCOMES}
+
+
+async def test_every_call_is_counted_by_outcome_in_the_metrics(
+    server: FakeEmbeddingsServer, embedder: OpenAIEmbedder
+) -> None:
+    before, timed = embedding_calls(), sample("engram_embedding_call_seconds_count")
+    server.script(Fail(503), Hang(10.0), Succeed(), Fail(401), NoData())
+
+    await embedder.embed(["hello"])  # 503, timeout, then the answer
+    for _ in range(2):  # a 401 (not retried), then an answer without data
+        with pytest.raises(EmbeddingError):
+            await embedder.embed(["hello"])
+
+    after = embedding_calls()
+    assert {o: after[o] - before[o] for o in EMBEDDING_OUTCOMES} == {
+        "ok": 1, "embedding_timeout": 1, "embedding_unavailable": 0,
+        "embedding_upstream_error": 2, "embedding_bad_response": 1}
+    assert sample("engram_embedding_call_seconds_count") - timed == 5
 
 
 async def test_zero_retries_means_one_attempt(server: FakeEmbeddingsServer) -> None:
