@@ -5,6 +5,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final, Literal, assert_never
 
+from typing_extensions import TypeAliasType
+
 from app.consolidation.composite import Composite
 from app.consolidation.config import (
     AbstractiveConfig,
@@ -27,7 +29,9 @@ from app.consolidation.selectors.base import Selector
 from app.consolidation.selectors.highest_relevance import HighestRelevance
 from app.consolidation.selectors.similarity_cluster import SimilarityCluster
 
-StrategyName = Literal["simple", "llm", "dual_mode"]
+# Named, so the OpenAPI document has one schema for it and generated clients one enum.
+ConsolidationStrategy = TypeAliasType(
+    "ConsolidationStrategy", Literal["simple", "llm", "dual_mode"])
 
 SELECTORS: Final = MappingProxyType[str, type[Selector]](
     {"highest_relevance": HighestRelevance, "similarity_cluster": SimilarityCluster}
@@ -41,7 +45,7 @@ OPS: Final = MappingProxyType[str, type[Op]](
         "density_routing": DensityRouting,
     }
 )
-STRATEGIES: Final = MappingProxyType[StrategyName, tuple[SelectorConfig, OpConfig]](
+STRATEGIES: Final = MappingProxyType[ConsolidationStrategy, tuple[SelectorConfig, OpConfig]](
     {
         "simple": (
             HighestRelevanceConfig(name="highest_relevance"),
@@ -64,7 +68,7 @@ class Composition:
     """What a run will do: the resolved configs (worth recording with the run) and the
     composite built from them."""
 
-    strategy: StrategyName
+    strategy: ConsolidationStrategy
     selector_config: SelectorConfig
     op_config: OpConfig
     composite: Composite
@@ -75,7 +79,7 @@ class Composition:
 
 
 def build_composition(
-    strategy: StrategyName = "simple",
+    strategy: ConsolidationStrategy = "simple",
     *,
     selector: SelectorConfig | None = None,
     op: OpConfig | None = None,

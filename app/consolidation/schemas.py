@@ -7,14 +7,18 @@ from datetime import datetime
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import TypeAliasType
 
 from app.consolidation.config import GroupThreshold, OpConfig, SelectorConfig
-from app.consolidation.registry import StrategyName
+from app.consolidation.registry import ConsolidationStrategy
 from app.validation import INTEGER_ONLY, CategoryList, Importance, JsonBool, ScopeId, TagList
 
-Mode = Literal["archive", "synthesize_only"]
-RunStatus = Literal["succeeded", "failed", "running", "planned"]
-GroupOutcomeName = Literal["planned", "pending", "written", "skipped", "failed"]
+# Named, so the OpenAPI document has one schema for it and generated clients one enum.
+ConsolidationMode = TypeAliasType("ConsolidationMode", Literal["archive", "synthesize_only"])
+ConsolidationStatus = TypeAliasType(
+    "ConsolidationStatus", Literal["succeeded", "failed", "running", "planned"])
+ConsolidationGroupOutcome = TypeAliasType(
+    "ConsolidationGroupOutcome", Literal["planned", "pending", "written", "skipped", "failed"])
 
 OLDER_THAN_MAX = 100 * 365 * 24 * 3600
 
@@ -38,7 +42,7 @@ class ConsolidationRequest(BaseModel):
     max_importance: Importance | None = Field(
         default=None, description="Only memories with importance at most this."
     )
-    strategy: StrategyName = Field(
+    strategy: ConsolidationStrategy = Field(
         default="simple",
         description="simple = highest_relevance + concatenate; llm = highest_relevance + "
         "llm_synthesis; dual_mode = highest_relevance + density_routing.",
@@ -47,7 +51,7 @@ class ConsolidationRequest(BaseModel):
         default=None, description="Explicit selector; overrides the strategy's."
     )
     op: OpConfig | None = Field(default=None, description="Explicit op; overrides the strategy's.")
-    mode: Mode = Field(
+    mode: ConsolidationMode = Field(
         default="archive",
         description="archive moves folded sources out of the active set (restorable with "
         "revert); synthesize_only keeps them active and only adds the summary.",
@@ -78,7 +82,7 @@ class ConsolidationRequest(BaseModel):
 class ConsolidationComposition(BaseModel):
     """The selector and op a run resolved its strategy and overrides to."""
 
-    strategy: StrategyName
+    strategy: ConsolidationStrategy
     selector: SelectorConfig
     op: OpConfig
 
@@ -98,7 +102,7 @@ class ConsolidationGroup(BaseModel):
     )
     mode: str | None = Field(description="What produced the summary, e.g. "
                              "'concatenate', 'fallback:concatenate', 'dense:extractive'.")
-    outcome: GroupOutcomeName = "pending"
+    outcome: ConsolidationGroupOutcome = "pending"
     error: str | None = None
     detail: str | None = None
 
@@ -118,7 +122,7 @@ class ConsolidationTimings(BaseModel):
 
 class ConsolidationResult(BaseModel):
     id: uuid.UUID
-    status: RunStatus = Field(
+    status: ConsolidationStatus = Field(
         description="running also covers a queued async run (started_at is then null)."
     )
     groups: list[ConsolidationGroup]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from app.sessions.folding import FoldPolicy, fold_is_near, turns_until_fold
-from app.sessions.types import SessionState, StrategyName, TurnView
+from app.sessions.types import SessionState, SessionStrategy, TurnView
 
 CHARS_PER_TOKEN = 4
 
@@ -23,7 +23,7 @@ def estimate_tokens(text: str) -> int:
 
 @dataclass(frozen=True, slots=True)
 class ContextParts:
-    mode: StrategyName  # the strategy in force (truncation while the summariser is down)
+    mode: SessionStrategy  # the strategy in force (truncation while the summariser is down)
     summary: str | None
     turns: tuple[TurnView, ...]  # oldest first
     omitted: int  # turns the strategy would show that did not fit the budget
@@ -45,7 +45,7 @@ def newest_within(turns: Sequence[TurnView], budget: int) -> tuple[TurnView, ...
 
 class ContextStrategy(Protocol):
     @property
-    def name(self) -> StrategyName: ...
+    def name(self) -> SessionStrategy: ...
 
     def reads_after(self, session: SessionState) -> int | None:
         """The seq after which turns are wanted; None when no turn is."""
@@ -57,7 +57,7 @@ class ContextStrategy(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class NoContext:
-    name: StrategyName = "none"
+    name: SessionStrategy = "none"
 
     def reads_after(self, session: SessionState) -> int | None:
         return None
@@ -69,7 +69,7 @@ class NoContext:
 
 @dataclass(frozen=True, slots=True)
 class Truncation:
-    name: StrategyName = "truncation"
+    name: SessionStrategy = "truncation"
 
     def reads_after(self, session: SessionState) -> int | None:
         return 0
@@ -87,7 +87,7 @@ class RollingSummary:
     summary leaves of the budget. The summary is never cut: its length is bounded by
     ENGRAM_SESSION_SUMMARY_MAX_CHARS instead."""
 
-    name: StrategyName = "rolling_summary"
+    name: SessionStrategy = "rolling_summary"
 
     def reads_after(self, session: SessionState) -> int | None:
         return session.cursor
@@ -101,7 +101,7 @@ class RollingSummary:
                             summary_tokens + sum(t.tokens for t in kept))
 
 
-STRATEGIES: dict[StrategyName, ContextStrategy] = {
+STRATEGIES: dict[SessionStrategy, ContextStrategy] = {
     s.name: s for s in (NoContext(), Truncation(), RollingSummary())
 }
 

@@ -14,8 +14,12 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Literal
 
-HealthState = Literal["healthy", "retry", "degraded", "recovering"]
-HEALTH_STATES: tuple[HealthState, ...] = ("healthy", "retry", "degraded", "recovering")
+from typing_extensions import TypeAliasType
+
+# Named, so the OpenAPI document has one schema for it and generated clients one enum.
+SessionHealthState = TypeAliasType(
+    "SessionHealthState", Literal["healthy", "retry", "degraded", "recovering"])
+HEALTH_STATES: tuple[SessionHealthState, ...] = ("healthy", "retry", "degraded", "recovering")
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +34,7 @@ class HealthPolicy:
 
 @dataclass(frozen=True, slots=True)
 class Health:
-    state: HealthState = "healthy"
+    state: SessionHealthState = "healthy"
     failures: int = 0  # consecutive, reset by a success
     successes: int = 0  # consecutive, counted while recovering
 

@@ -24,8 +24,8 @@ from app.ids import uuid7
 from app.models import ChatSession, SessionEvent, SessionTurn
 from app.service.metrics import SESSION_EVENTS
 from app.sessions.folding import Chunk
-from app.sessions.health import Health, HealthState
-from app.sessions.types import SessionState, StrategyName, TurnView
+from app.sessions.health import Health, SessionHealthState
+from app.sessions.types import SessionState, SessionStrategy, TurnView
 
 SESSION_KEYS = ("session_id", "user_id", "agent_id", "strategy", "turn_count", "cursor",
                 "dropped_turns", "summary", "summary_updated_at", "health", "health_failures",
@@ -44,8 +44,8 @@ _LAST_SEQ = 2**31 - 1
 
 
 def _state(row: Mapping[Any, Any]) -> SessionState:
-    health_state: HealthState = row["health"]  # CHECK constraint
-    strategy: StrategyName = row["strategy"]  # CHECK constraint
+    health_state: SessionHealthState = row["health"]  # CHECK constraint
+    strategy: SessionStrategy = row["strategy"]  # CHECK constraint
     return SessionState(
         session_id=row["session_id"], user_id=row["user_id"], agent_id=row["agent_id"],
         strategy=strategy, turns=row["turn_count"], cursor=row["cursor"],
@@ -67,8 +67,8 @@ def _turn(row: Mapping[Any, Any]) -> TurnView:
 class SessionFilter:
     user_id: str | None = None
     agent_id: str | None = None
-    strategy: StrategyName | None = None
-    health: HealthState | None = None
+    strategy: SessionStrategy | None = None
+    health: SessionHealthState | None = None
 
 
 class SessionRepository:
@@ -89,7 +89,7 @@ class SessionRepository:
         return _state(row._mapping) if row is not None else None
 
     async def lock_or_create(self, session_id: str,
-                             strategy: StrategyName) -> tuple[SessionState, bool]:
+                             strategy: SessionStrategy) -> tuple[SessionState, bool]:
         """The session's row, locked until the transaction ends, created first if new; and
         whether this call created it."""
         created = False
@@ -123,7 +123,7 @@ class SessionRepository:
                     updated_at=func.now()))
         return _turn(row)
 
-    async def set_strategy(self, session_id: str, strategy: StrategyName) -> None:
+    async def set_strategy(self, session_id: str, strategy: SessionStrategy) -> None:
         await self.session.execute(
             update(ChatSession).where(self._this(session_id))
             .values(strategy=strategy, updated_at=func.now()))

@@ -11,7 +11,7 @@ from app.deps import CallerDep, SessionDep, problems, refuse_unknown_params
 from app.errors import problem_response
 from app.idempotency.http import IdempotencyKey, keyed_create
 from app.sessions.config import fold_policy
-from app.sessions.health import HealthState
+from app.sessions.health import SessionHealthState
 from app.sessions.repository import SessionFilter, SessionReader, SessionRepository
 from app.sessions.schemas import (
     AppendedTurn,
@@ -24,7 +24,7 @@ from app.sessions.schemas import (
     TurnPage,
 )
 from app.sessions.service import IdentityRejected, SessionReads, SessionService
-from app.sessions.types import StrategyName
+from app.sessions.types import SessionStrategy
 from app.validation import ScopeId
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
@@ -56,8 +56,8 @@ async def list_sessions(
     request: Request, caller: CallerDep,
     user_id: Annotated[ScopeId | None, Query()] = None,
     agent_id: Annotated[ScopeId | None, Query()] = None,
-    strategy: Annotated[StrategyName | None, Query()] = None,
-    health: Annotated[HealthState | None, Query(
+    strategy: Annotated[SessionStrategy | None, Query()] = None,
+    health: Annotated[SessionHealthState | None, Query(
         description="The summariser's health, e.g. `degraded`.")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=512)] = None,

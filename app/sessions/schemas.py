@@ -8,8 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.sessions.health import HealthState
-from app.sessions.types import Role, StrategyName
+from app.sessions.health import SessionHealthState
+from app.sessions.types import SessionStrategy, TurnRole
 from app.validation import Content, ScopeId
 
 
@@ -20,7 +20,7 @@ class TurnCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    role: Role
+    role: TurnRole
     content: Content
     user_id: ScopeId | None = None
     agent_id: ScopeId | None = None
@@ -32,7 +32,7 @@ class SessionConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    strategy: StrategyName = Field(description=(
+    strategy: SessionStrategy = Field(description=(
         "`none`: turns are stored, the context is empty; `truncation`: the newest turns "
         "that fit the budget; `rolling_summary`: a summary of the older turns, kept in the "
         "background, and the newest ones. Switching to `rolling_summary` folds the log "
@@ -42,7 +42,7 @@ class SessionConfig(BaseModel):
 
 class Turn(BaseModel):
     seq: int = Field(description="The turn's place in the session's log, from 1.")
-    role: Role
+    role: TurnRole
     content: str
     user_id: str | None
     agent_id: str | None
@@ -64,7 +64,7 @@ class AppendedTurn(Turn):
 
 
 class SessionHealth(BaseModel):
-    state: HealthState = Field(description=(
+    state: SessionHealthState = Field(description=(
         "The rolling summariser's health: healthy -> retry -> degraded -> recovering -> "
         "healthy. While degraded the context falls back to truncation."))
     consecutive_failures: int
@@ -90,7 +90,7 @@ class Session(BaseModel):
     session_id: str
     user_id: str | None
     agent_id: str | None
-    strategy: StrategyName
+    strategy: SessionStrategy
     cursor: int = Field(description="Turns of the log (oldest first) already folded into "
                                     "the summary or dropped from it.")
     counts: SessionCounts
@@ -109,8 +109,8 @@ class SessionPage(BaseModel):
 
 class SessionContext(BaseModel):
     session_id: str
-    strategy: StrategyName
-    mode: StrategyName = Field(description=(
+    strategy: SessionStrategy
+    mode: SessionStrategy = Field(description=(
         "The strategy in force: `truncation` while a rolling summary's summariser is "
         "degraded."))
     summary: str | None

@@ -31,7 +31,7 @@ from app.sessions.schemas import (
     TurnCreate,
     TurnPage,
 )
-from app.sessions.types import SessionState, StrategyName, TurnView
+from app.sessions.types import SessionState, SessionStrategy, TurnView
 
 log = logging.getLogger("engram.sessions")
 
@@ -84,7 +84,7 @@ def session_answer(s: SessionState, folds: FoldPolicy) -> Session:
 
 
 class SessionService:
-    def __init__(self, repository: SessionRepository, *, strategy: StrategyName,
+    def __init__(self, repository: SessionRepository, *, strategy: SessionStrategy,
                  folds: FoldPolicy) -> None:
         self.repository = repository
         self.strategy = strategy

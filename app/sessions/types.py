@@ -6,12 +6,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
+from typing_extensions import TypeAliasType
+
 from app.sessions.health import Health
 
-StrategyName = Literal["none", "truncation", "rolling_summary"]
-STRATEGY_NAMES: tuple[StrategyName, ...] = ("none", "truncation", "rolling_summary")
-Role = Literal["user", "assistant", "system", "tool"]
-ROLES: tuple[Role, ...] = ("user", "assistant", "system", "tool")
+# Named, so the OpenAPI document has one schema for it and generated clients one enum.
+SessionStrategy = TypeAliasType("SessionStrategy", Literal["none", "truncation", "rolling_summary"])
+STRATEGY_NAMES: tuple[SessionStrategy, ...] = ("none", "truncation", "rolling_summary")
+TurnRole = TypeAliasType("TurnRole", Literal["user", "assistant", "system", "tool"])
+ROLES: tuple[TurnRole, ...] = ("user", "assistant", "system", "tool")
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +33,7 @@ class SessionState:
     session_id: str
     user_id: str | None
     agent_id: str | None
-    strategy: StrategyName
+    strategy: SessionStrategy
     turns: int  # appended so far; the newest turn's seq
     cursor: int  # turns folded into the summary or dropped from it, oldest first
     dropped: int  # of those, turns dropped when the backlog overflowed

@@ -213,6 +213,42 @@ async def test_every_json_body_in_the_document_is_a_named_schema(
                     assert "$ref" in spec["schema"], (operation_id, media, spec)
 
 
+def enum_refs(schema: dict[str, Any]) -> set[str]:
+    """The components a schema refers to, directly or as one of its anyOf branches."""
+    branches = schema.get("anyOf", [schema])
+    return {b["$ref"].rsplit("/", 1)[-1] for b in branches if "$ref" in b}
+
+
+SHARED_ENUMS = {
+    # component: (values, the (schema, property) pairs that must refer to it)
+    "SessionStrategy": ({"none", "truncation", "rolling_summary"},
+                        [("Session", "strategy"), ("SessionConfig", "strategy"),
+                         ("SessionContext", "strategy"), ("SessionContext", "mode")]),
+    "SessionHealthState": ({"healthy", "retry", "degraded", "recovering"},
+                           [("SessionHealth", "state")]),
+    "TurnRole": ({"user", "assistant", "system", "tool"},
+                 [("Turn", "role"), ("TurnCreate", "role"), ("AppendedTurn", "role")]),
+    "ConsolidationStrategy": ({"simple", "llm", "dual_mode"},
+                              [("ConsolidationRequest", "strategy"),
+                               ("ConsolidationComposition", "strategy")]),
+}
+
+
+async def test_a_value_set_used_in_several_places_is_one_named_enum(
+    document: dict[str, Any],
+) -> None:
+    # One enum per concept in a generated client, not one per field that carries it.
+    schemas = document["components"]["schemas"]
+    for name, (values, users) in SHARED_ENUMS.items():
+        assert set(schemas[name]["enum"]) == values, name
+        for model, prop in users:
+            assert enum_refs(schemas[model]["properties"][prop]) == {name}, (model, prop)
+    _, _, listing = operations(document)["listSessions"]
+    params = {p["name"]: p["schema"] for p in listing["parameters"]}
+    assert enum_refs(params["strategy"]) == {"SessionStrategy"}
+    assert enum_refs(params["health"]) == {"SessionHealthState"}
+
+
 # Errors -----------------------------------------------------------------------------------
 
 

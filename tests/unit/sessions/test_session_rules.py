@@ -34,7 +34,7 @@ from app.sessions.folding import (
 from app.sessions.health import (
     Health,
     HealthPolicy,
-    HealthState,
+    SessionHealthState,
     after_failure,
     after_success,
     next_try,
@@ -46,7 +46,7 @@ from app.sessions.summariser import (
     SummaryFailed,
     fold_prompt,
 )
-from app.sessions.types import SessionState, StrategyName, TurnView
+from app.sessions.types import SessionState, SessionStrategy, TurnView
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 FOLD = FoldPolicy(threshold=6, recent=2, backlog_max=2)
@@ -59,7 +59,7 @@ def turn(seq: int, content: str = "", *, role: str = "user", tokens: int = 1) ->
 
 
 def session(
-    strategy: StrategyName = "rolling_summary",
+    strategy: SessionStrategy = "rolling_summary",
     *,
     turns: int = 0,
     cursor: int = 0,
@@ -166,7 +166,7 @@ def test_health_transitions(
 
 def test_health_walks_a_whole_cycle() -> None:
     h = Health()
-    states: list[tuple[HealthState, int, int]] = []
+    states: list[tuple[SessionHealthState, int, int]] = []
     for event in ("failure", "failure", "failure", "success", "success"):
         h = after_success(h, POLICY) if event == "success" else after_failure(h, POLICY)
         states.append((h.state, h.failures, h.successes))
@@ -183,7 +183,8 @@ def test_health_walks_a_whole_cycle() -> None:
     ("state", "summarising"),
     [("healthy", True), ("retry", True), ("degraded", False), ("recovering", True)],
 )
-def test_summarising_is_false_only_when_degraded(state: HealthState, summarising: bool) -> None:
+def test_summarising_is_false_only_when_degraded(state: SessionHealthState,
+                                                  summarising: bool) -> None:
     assert Health(state).summarising is summarising
 
 
@@ -405,14 +406,14 @@ def test_strategies_are_keyed_by_name() -> None:
     ],
 )
 def test_strategy_in_force(
-    strategy: StrategyName, state: HealthState, in_force: StrategyName
+    strategy: SessionStrategy, state: SessionHealthState, in_force: SessionStrategy
 ) -> None:
     s = session(strategy, health=Health(state))
     assert strategy_in_force(s).name == in_force
 
 
 @pytest.mark.parametrize("strategy", ["truncation", "none"])
-def test_no_fold_warning_without_rolling_summary(strategy: StrategyName) -> None:
+def test_no_fold_warning_without_rolling_summary(strategy: SessionStrategy) -> None:
     assert fold_warning(session(strategy, turns=6), FOLD) is None
 
 
