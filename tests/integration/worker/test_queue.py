@@ -17,7 +17,7 @@ from app.db import asyncpg_dsn
 from app.resources import Resources
 from app.worker.jobs import recover
 from app.worker.queue import QUEUE_SCHEMA, enqueue, queue_queries
-from app.worker.registry import JobContext, JobRegistry, RetryLater
+from app.worker.registry import Handler, JobContext, JobRegistry, RetryLater
 from app.worker.runner import Worker
 from tests.conftest import sample
 
@@ -62,6 +62,27 @@ async def test_a_job_commits_or_vanishes_with_the_transaction_that_enqueued_it(
                                 "WHERE entrypoint = 'test.committed'"))
 
 
+async def run_job(resources: Resources, name: str, handler: Handler, payload: dict[str, Any],
+                  until: asyncio.Event, *, max_attempts: int) -> None:
+    """Queue one `name` job and run a worker with `handler` for it until `until` is set
+    and the job's row has left the queue (done, or dropped after its last try)."""
+    registry = JobRegistry()
+    registry.register(name, handler, max_attempts=max_attempts, retry_delay=timedelta(0))
+    worker = Worker(resources, registry, poll_interval=timedelta(seconds=1))
+    await worker.start()
+    try:
+        async with resources.sessionmaker() as session:
+            await enqueue(session, name, payload)
+            await session.commit()
+        await asyncio.wait_for(until.wait(), 15)
+        for _ in range(100):
+            if await jobs_named(resources, name) == 0:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await worker.stop()
+
+
 async def test_the_worker_runs_handlers_and_retries_failures(resources: Resources) -> None:
     seen: list[tuple[str, int, Any]] = []
     done = asyncio.Event()
@@ -74,17 +95,7 @@ async def test_the_worker_runs_handlers_and_retries_failures(resources: Resource
             raise RetryLater(timedelta(0), "not yet")
         done.set()
 
-    registry = JobRegistry()
-    registry.register("test.flaky", flaky, max_attempts=3, retry_delay=timedelta(0))
-    worker = Worker(resources, registry, poll_interval=timedelta(seconds=1))
-    await worker.start()
-    try:
-        async with resources.sessionmaker() as session:
-            await enqueue(session, "test.flaky", {"n": 7})
-            await session.commit()
-        await asyncio.wait_for(done.wait(), 15)
-    finally:
-        await worker.stop()
+    await run_job(resources, "test.flaky", flaky, {"n": 7}, done, max_attempts=3)
 
     assert seen == [("flaky", 1, 7), ("flaky", 2, 7), ("flaky", 3, 7)]
     assert await jobs_named(resources, "test.flaky") == 0
@@ -106,23 +117,10 @@ async def test_a_job_failing_on_its_last_try_is_counted_as_given_up(
             last.set()
         raise RuntimeError("always fails")
 
-    registry = JobRegistry()
-    registry.register("test.broken", broken, max_attempts=2, retry_delay=timedelta(0))
-    worker = Worker(resources, registry, poll_interval=timedelta(seconds=1))
-    await worker.start()
-    try:
-        async with resources.sessionmaker() as session:
-            await enqueue(session, "test.broken", {})
-            await session.commit()
-        await asyncio.wait_for(last.wait(), 15)
-        for _ in range(100):  # the job's row leaves the queue once it is given up
-            if await jobs_named(resources, "test.broken") == 0:
-                break
-            await asyncio.sleep(0.05)
-    finally:
-        await worker.stop()
+    await run_job(resources, "test.broken", broken, {}, last, max_attempts=2)
 
     assert tries == 2
+    assert await jobs_named(resources, "test.broken") == 0
     assert runs("test.broken") == {"done": 0, "retry": 0, "failed": 1, "gave_up": 1,
                                    "cancelled": 0}
 
