@@ -12,6 +12,7 @@ from app.idempotency.repository import purge_older_than
 from app.memories.repository import purge_expired
 from app.resources import Resources
 from app.service.metrics import MAINTENANCE_DELETED, MAINTENANCE_FAILURES
+from app.sessions.config import retention
 from app.sessions.repository import purge_idle
 
 log = logging.getLogger("engram.maintenance")
@@ -54,9 +55,8 @@ def start_maintenance(resources: Resources) -> None:
                                   what="expired_memories", name="expired memory purge",
                                   done="deleted %d expired memories")),
     ]
-    if settings.session_retention_days > 0:
-        idle = timedelta(days=settings.session_retention_days)
-
+    idle = retention(settings)
+    if idle is not None:
         async def delete_idle_sessions() -> int:
             return await purge_idle(resources.engine, idle)
 

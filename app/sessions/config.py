@@ -24,6 +24,13 @@ def health_policy(settings: Settings) -> HealthPolicy:
                         probe_interval=timedelta(seconds=settings.session_probe_seconds))
 
 
+def retention(settings: Settings) -> timedelta | None:
+    """How long a session may stay idle before the maintenance round deletes it; None
+    when sessions are kept."""
+    days = settings.session_retention_days
+    return timedelta(days=days) if days > 0 else None
+
+
 def build_summariser(settings: Settings, llm: LLMClient | None) -> Summariser:
     if settings.session_summariser == "extractive" or llm is None:
         # "llm" without a client cannot happen: the settings refuse it without a URL.

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from app.deps import CallerDep, SessionDep, problems, refuse_unknown_params
 from app.errors import problem_response
 from app.idempotency.http import IdempotencyKey, keyed_create
-from app.sessions.config import fold_policy
+from app.sessions.config import fold_policy, retention
 from app.sessions.health import SessionHealthState
 from app.sessions.repository import SessionFilter, SessionReader, SessionRepository
 from app.sessions.schemas import (
@@ -36,15 +36,18 @@ SessionId = Annotated[ScopeId, Path(description="The client's id for the session
 def _service(request: Request, session: SessionDep, caller: CallerDep) -> SessionService:
     settings = request.app.state.resources.settings
     return SessionService(SessionRepository(session, caller.tenant_id),
-                          strategy=settings.session_strategy, folds=fold_policy(settings))
+                          strategy=settings.session_strategy, folds=fold_policy(settings),
+                          retention=retention(settings))
 
 
 async def _reads(request: Request, caller: CallerDep) -> SessionReads:
     # No request session: each read is one statement on the reads' own pool.
     resources = request.app.state.resources
     reader = SessionReader(await resources.memory_reader(), caller.tenant_id)
-    return SessionReads(reader, folds=fold_policy(resources.settings),
-                        budget_tokens=resources.settings.session_budget_tokens)
+    settings = resources.settings
+    return SessionReads(reader, folds=fold_policy(settings),
+                        budget_tokens=settings.session_budget_tokens,
+                        retention=retention(settings))
 
 
 LIST_PARAMS = frozenset({"user_id", "agent_id", "strategy", "health", "limit", "cursor"})

@@ -98,7 +98,10 @@ class Session(BaseModel):
     health: SessionHealth
     summary_updated_at: datetime | None
     created_at: datetime
-    updated_at: datetime
+    updated_at: datetime = Field(description="The last append or strategy change.")
+    expires_at: datetime | None = Field(description=(
+        "When the maintenance round may delete the session if nothing is appended before: "
+        "`updated_at` plus ENGRAM_SESSION_RETENTION_DAYS; null when sessions are kept."))
 
 
 class SessionPage(BaseModel):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
+from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -70,7 +71,7 @@ def _health(state: SessionState) -> SessionHealth:
                          last_error=state.last_error, changed_at=state.health_changed_at)
 
 
-def session_answer(s: SessionState, folds: FoldPolicy) -> Session:
+def session_answer(s: SessionState, folds: FoldPolicy, retention: timedelta | None) -> Session:
     return Session(
         session_id=s.session_id, user_id=s.user_id, agent_id=s.agent_id,
         strategy=s.strategy, cursor=s.cursor,
@@ -80,15 +81,17 @@ def session_answer(s: SessionState, folds: FoldPolicy) -> Session:
             due=backlog(s.turns, s.cursor, folds) if s.strategy == "rolling_summary" else 0,
             max=folds.backlog_max),
         health=_health(s), summary_updated_at=s.summary_updated_at,
-        created_at=s.created_at, updated_at=s.updated_at)
+        created_at=s.created_at, updated_at=s.updated_at,
+        expires_at=s.updated_at + retention if retention is not None else None)
 
 
 class SessionService:
     def __init__(self, repository: SessionRepository, *, strategy: SessionStrategy,
-                 folds: FoldPolicy) -> None:
+                 folds: FoldPolicy, retention: timedelta | None = None) -> None:
         self.repository = repository
         self.strategy = strategy
         self.folds = folds
+        self.retention = retention
 
     @property
     def _db(self) -> AsyncSession:
@@ -177,7 +180,7 @@ class SessionService:
         final = await self.repository.get(session_id)
         if final is None:
             raise LookupError(f"session {session_id!r} vanished while locked")
-        return created, session_answer(final, self.folds)
+        return created, session_answer(final, self.folds, self.retention)
 
     async def delete(self, session_id: str) -> None:
         if not await self.repository.delete(session_id):
@@ -191,11 +194,12 @@ class SessionReads:
     read), so turns appended between them are not in it, and a fold saved between them
     leaves the summary and cursor that were read: the answer is the session as it was."""
 
-    def __init__(self, reader: SessionReader, *, folds: FoldPolicy,
-                 budget_tokens: int) -> None:
+    def __init__(self, reader: SessionReader, *, folds: FoldPolicy, budget_tokens: int,
+                 retention: timedelta | None = None) -> None:
         self.reader = reader
         self.folds = folds
         self.budget_tokens = budget_tokens
+        self.retention = retention
 
     async def _state(self, session_id: str) -> SessionState:
         state = await self.reader.get(session_id)
@@ -204,13 +208,13 @@ class SessionReads:
         return state
 
     async def get(self, session_id: str) -> Session:
-        return session_answer(await self._state(session_id), self.folds)
+        return session_answer(await self._state(session_id), self.folds, self.retention)
 
     async def list(self, filters: SessionFilter, limit: int, cursor: str | None) -> SessionPage:
         after = decode_text_cursor(cursor) if cursor is not None else None
         page, next_cursor = cut_page(await self.reader.list(filters, limit + 1, after),
                                      limit, lambda s: (s.created_at, s.session_id))
-        return SessionPage(items=[session_answer(s, self.folds) for s in page],
+        return SessionPage(items=[session_answer(s, self.folds, self.retention) for s in page],
                            next_cursor=next_cursor)
 
     async def context(self, session_id: str, budget_tokens: int | None = None) -> SessionContext:

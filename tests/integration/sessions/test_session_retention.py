@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 import httpx
 from sqlalchemy import text
@@ -16,7 +17,7 @@ from app.maintenance import start_maintenance
 from app.resources import Resources
 from app.sessions.repository import purge_idle
 from tests.conftest import TenantKey, make_client, sample
-from tests.integration.sessions.conftest import append, new_id
+from tests.integration.sessions.conftest import append, get_json, new_id
 from tests.integration.test_maintenance import wait_for
 
 RETENTION = timedelta(days=2)
@@ -140,3 +141,29 @@ async def test_the_service_deletes_idle_sessions_in_the_background_only_with_ret
     assert len(on.background) == 3
     assert sample("engram_maintenance_deleted_total", what="idle_sessions") >= counted + 1
 
+
+
+async def test_a_session_says_when_it_expires_only_with_retention(
+    resources: Resources, tenant: TenantKey, client: httpx.AsyncClient,
+) -> None:
+    kept = await append(client, new_id(), "kept")
+    res = replace(resources, settings=resources.settings.model_copy(
+        update={"session_retention_days": 2.5}))
+    sid = new_id()
+    async with make_client(res, tenant.headers) as c:
+        await append(c, sid, "hello", user_id="dana")
+        got = await get_json(c, f"/v1/sessions/{sid}")
+        listed = (await get_json(c, "/v1/sessions?user_id=dana"))["items"]
+        switched = await c.put(f"/v1/sessions/{sid}", json={"strategy": "truncation"})
+
+    def expiry(session: dict[str, Any]) -> timedelta:
+        return (datetime.fromisoformat(session["expires_at"])
+                - datetime.fromisoformat(session["updated_at"]))
+
+    assert expiry(got) == timedelta(days=2.5)
+    assert [s["expires_at"] for s in listed if s["session_id"] == sid] == [got["expires_at"]]
+    assert switched.status_code == 200
+    # The switch is activity: it moves updated_at, and the expiry with it.
+    assert expiry(switched.json()) == timedelta(days=2.5)
+    assert switched.json()["expires_at"] > got["expires_at"]
+    assert (await get_json(client, f"/v1/sessions/{kept['session_id']}"))["expires_at"] is None
