@@ -157,7 +157,10 @@ class Settings(BaseSettings):
 
     # The background job worker (pgqueuer) inside the service process.
     worker_enabled: bool = True
+    # Jobs run at once per process: consolidation runs and automatic consolidation; and,
+    # on a worker of their own, the sessions' folds (app/worker/lifecycle.py).
     worker_concurrency: int = Field(default=4, ge=2, le=64)
+    worker_session_concurrency: int = Field(default=2, ge=2, le=64)
 
     @field_validator("llm_base_url")
     @classmethod

@@ -22,6 +22,7 @@ FOLD_MAX_TRIES = 200
 """Tries of one fold job (a degraded summariser is probed ~100 minutes at the default
 interval); after that the sweep queues a new one."""
 SWEEP_BATCH = 500
+FOLD_LANE = "sessions"
 
 
 def folder_for(resources: Resources, tenant_id: uuid.UUID, session_id: str) -> SessionFolder:
@@ -54,4 +55,6 @@ async def requeue_stalled_folds(resources: Resources) -> int:
 
 
 def register_session_jobs(registry: JobRegistry) -> None:
-    registry.register(FOLD_JOB, run_fold, max_attempts=FOLD_MAX_TRIES)
+    # A lane of its own: folds take seconds, and must not wait behind consolidation runs
+    # that take minutes (a fold left waiting past the backlog's bound drops turns).
+    registry.register(FOLD_JOB, run_fold, max_attempts=FOLD_MAX_TRIES, lane=FOLD_LANE)

@@ -7,10 +7,19 @@ import logging
 
 from app.resources import Resources
 from app.service.metrics import JOBS_QUEUED
+from app.settings import Settings
 from app.worker.queue import queue_counts
-from app.worker.registry import JobRegistry
+from app.worker.registry import MAIN_LANE, JobRegistry
 
 log = logging.getLogger("engram.worker")
+
+
+def lane_slots(settings: Settings) -> dict[str, int]:
+    """How many jobs each lane's worker runs at once."""
+    from app.sessions.jobs import FOLD_LANE
+
+    return {MAIN_LANE: settings.worker_concurrency,
+            FOLD_LANE: settings.worker_session_concurrency}
 
 
 def default_registry() -> JobRegistry:

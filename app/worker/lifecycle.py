@@ -1,5 +1,10 @@
-"""Start and stop the process's background work: crash recovery, the worker, sweeps,
-and the fold of the search term statistics."""
+"""Start and stop the process's background work: crash recovery, the workers, sweeps,
+and the fold of the search term statistics.
+
+One worker per lane of jobs (`JobSpec.lane`), each with its own slots and connection:
+the sessions' folds (seconds each) never wait for consolidation runs (minutes with an
+LLM) to free a slot, nor the other way round.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ from dataclasses import dataclass
 
 from app.resources import Resources
 from app.search.term_stats import fold_loop
-from app.worker.jobs import default_registry, recover
+from app.worker.jobs import default_registry, lane_slots, recover
 from app.worker.runner import Worker
 
 log = logging.getLogger("engram.worker")
@@ -19,11 +24,10 @@ SWEEP_SECONDS = 60.0
 
 @dataclass
 class BackgroundWork:
-    worker: Worker | None
+    workers: list[Worker]
 
     async def stop(self) -> None:
-        if self.worker is not None:
-            await self.worker.stop()
+        await asyncio.gather(*(worker.stop() for worker in self.workers))
 
 
 async def _sweep_loop(resources: Resources) -> None:
@@ -33,7 +37,7 @@ async def _sweep_loop(resources: Resources) -> None:
 
 
 async def start_background_work(resources: Resources) -> BackgroundWork:
-    """Recover what a crash left behind, then start the worker (unless disabled).
+    """Recover what a crash left behind, then start the workers (unless disabled).
 
     Recovery runs again every minute, so a replica that died is noticed by the others.
     """
@@ -46,8 +50,15 @@ async def start_background_work(resources: Resources) -> BackgroundWork:
     ))
     if not resources.settings.worker_enabled:
         log.info("background worker disabled (ENGRAM_WORKER_ENABLED=false)")
-        return BackgroundWork(None)
-    worker = Worker(resources, default_registry(),
-                    concurrency=resources.settings.worker_concurrency)
-    await worker.start()
-    return BackgroundWork(worker)
+        return BackgroundWork([])
+    registry = default_registry()
+    slots = lane_slots(resources.settings)
+    work = BackgroundWork([Worker(resources, registry.lane(lane), concurrency=slots[lane],
+                                  lane=lane) for lane in registry.lanes()])
+    try:
+        for worker in work.workers:
+            await worker.start()
+    except BaseException:
+        await work.stop()
+        raise
+    return work

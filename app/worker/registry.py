@@ -39,6 +39,11 @@ class RetryLater(Exception):
         self.reason = reason
 
 
+MAIN_LANE = "main"
+"""A lane is a worker of its own, with its own slots: a job only ever waits for jobs of
+its lane (see app/worker/lifecycle.py)."""
+
+
 @dataclass(frozen=True, slots=True)
 class JobSpec:
     """A handler and its retry policy: an exception is retried with exponential backoff
@@ -49,6 +54,7 @@ class JobSpec:
     handler: Handler
     max_attempts: int = 3
     retry_delay: timedelta = timedelta(seconds=2)
+    lane: str = MAIN_LANE
 
 
 class JobRegistry:
@@ -62,12 +68,13 @@ class JobRegistry:
         *,
         max_attempts: int = 3,
         retry_delay: timedelta = timedelta(seconds=2),
+        lane: str = MAIN_LANE,
     ) -> None:
         if name in self._specs:
             raise ValueError(f"job {name!r} is already registered")
         if max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
-        self._specs[name] = JobSpec(name, handler, max_attempts, retry_delay)
+        self._specs[name] = JobSpec(name, handler, max_attempts, retry_delay, lane)
 
     def __iter__(self) -> Iterator[JobSpec]:
         return iter(self._specs.values())
@@ -77,3 +84,12 @@ class JobRegistry:
 
     def names(self) -> list[str]:
         return sorted(self._specs)
+
+    def lanes(self) -> list[str]:
+        return sorted({spec.lane for spec in self._specs.values()})
+
+    def lane(self, lane: str) -> JobRegistry:
+        """The jobs of one lane, as a registry of their own."""
+        subset = JobRegistry()
+        subset._specs = {n: s for n, s in self._specs.items() if s.lane == lane}
+        return subset

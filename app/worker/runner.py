@@ -32,7 +32,7 @@ from pgqueuer.qm import QueueManager
 from app.db import asyncpg_dsn
 from app.service.metrics import JOB_SECONDS, JOBS
 from app.worker.queue import QUEUE_SETTINGS, queue_queries
-from app.worker.registry import JobContext, JobRegistry, JobSpec, RetryLater
+from app.worker.registry import MAIN_LANE, JobContext, JobRegistry, JobSpec, RetryLater
 
 if TYPE_CHECKING:
     from app.resources import Resources
@@ -49,9 +49,11 @@ class Worker:
         concurrency: int = 4,
         poll_interval: timedelta = timedelta(seconds=10),
         heartbeat_timeout: timedelta = timedelta(seconds=30),
+        lane: str = MAIN_LANE,
     ) -> None:
         self.resources = resources
         self.registry = registry
+        self.lane = lane
         self.concurrency = max(2, concurrency)
         self.poll_interval = poll_interval
         self.heartbeat_timeout = heartbeat_timeout
@@ -62,7 +64,8 @@ class Worker:
     async def start(self) -> None:
         self._connection = await asyncpg.connect(
             asyncpg_dsn(self.resources.engine),
-            server_settings={"application_name": "engram-worker"},
+            server_settings={"application_name": "engram-worker" if self.lane == MAIN_LANE
+                             else f"engram-worker-{self.lane}"},
         )
         manager = QueueManager(
             queue_queries(AsyncpgDriver(self._connection)),
@@ -83,7 +86,8 @@ class Worker:
             ),
             name="engram-worker",
         )
-        log.info("worker started: jobs %s", ", ".join(self.registry.names()))
+        log.info("worker started (%s lane, %d at once): jobs %s", self.lane, 2 * batch,
+                 ", ".join(self.registry.names()))
 
     async def stop(self, grace_seconds: float = 10.0) -> None:
         """Stop taking jobs and wait up to `grace_seconds` for running ones, then cancel them

@@ -6,18 +6,25 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 import asyncpg
+import pytest
 from pgqueuer.adapters.drivers.asyncpg import AsyncpgDriver
 from sqlalchemy import text
 
+from app.consolidation.auto import AUTO_JOB
+from app.consolidation.runs import RUN_JOB
 from app.db import asyncpg_dsn
 from app.resources import Resources
-from app.worker.jobs import recover
+from app.sessions.folder import FOLD_JOB
+from app.sessions.jobs import FOLD_LANE
+from app.worker import lifecycle
+from app.worker.jobs import default_registry, recover
 from app.worker.queue import QUEUE_SCHEMA, enqueue, queue_queries
-from app.worker.registry import Handler, JobContext, JobRegistry, RetryLater
+from app.worker.registry import MAIN_LANE, Handler, JobContext, JobRegistry, RetryLater
 from app.worker.runner import Worker
 from tests.conftest import sample
 
@@ -140,3 +147,61 @@ async def test_the_sweep_counts_the_queues_jobs_for_the_metrics(resources: Resou
 
     assert waiting == 3
     assert sample("engram_jobs_in_queue", job="test.waiting", status="queued") == 0
+
+
+def test_session_folds_have_a_lane_of_their_own() -> None:
+    registry = default_registry()
+    assert registry.lanes() == [MAIN_LANE, FOLD_LANE]
+    assert registry.lane(FOLD_LANE).names() == [FOLD_JOB]
+    assert FOLD_JOB not in registry.lane(MAIN_LANE)
+    assert set(registry.lane(MAIN_LANE).names()) == {AUTO_JOB, RUN_JOB}
+
+
+async def test_a_lanes_job_runs_while_another_lane_has_every_slot_taken(
+    resources: Resources, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    release, quick_ran = asyncio.Event(), asyncio.Event()
+    hogs_running = 0
+
+    async def hog(context: JobContext, payload: Mapping[str, Any]) -> None:
+        nonlocal hogs_running
+        hogs_running += 1
+        await release.wait()
+
+    async def quick(context: JobContext, payload: Mapping[str, Any]) -> None:
+        quick_ran.set()
+
+    registry = JobRegistry()
+    registry.register("test.hog", hog)
+    registry.register("test.quick", quick, lane=FOLD_LANE)
+    monkeypatch.setattr(lifecycle, "default_registry", lambda: registry)
+    res = replace(resources, background=[], settings=resources.settings.model_copy(
+        update={"worker_concurrency": 2, "worker_session_concurrency": 2}))
+    work = await lifecycle.start_background_work(res)
+    try:
+        async with res.sessionmaker() as session:
+            for n in range(4):  # twice the main lane's slots
+                await enqueue(session, "test.hog", {"n": n})
+            await session.commit()
+        for _ in range(200):
+            if hogs_running == 2:
+                break
+            await asyncio.sleep(0.05)
+        assert hogs_running == 2  # every main-lane slot is taken
+        async with res.sessionmaker() as session:
+            await enqueue(session, "test.quick", {})
+            await session.commit()
+
+        await asyncio.wait_for(quick_ran.wait(), 15)
+
+        assert hogs_running == 2
+    finally:
+        release.set()
+        await work.stop()
+        for task in res.background:
+            task.cancel()
+        await asyncio.gather(*res.background, return_exceptions=True)
+        async with resources.engine.begin() as conn:
+            await conn.execute(text(f"DELETE FROM {QUEUE_SCHEMA}.pgqueuer "
+                                    "WHERE entrypoint IN ('test.hog', 'test.quick')"))
+    assert [w.lane for w in work.workers] == [MAIN_LANE, FOLD_LANE]
