@@ -126,12 +126,9 @@ class SessionService:
         """Append `body` to the session `admit` locked."""
         turn = await self.repository.append(state, body.role, body.content, body.user_id,
                                             body.agent_id, estimate_tokens(body.content))
-        state = await self._after_append(state, turn.seq)
+        state = await self._settle_folds(replace(state, turns=turn.seq))
         return AppendedTurn(**_turn(turn).model_dump(), session_id=state.session_id,
                             warning=fold_warning(state, self.folds))
-
-    async def _after_append(self, state: SessionState, turns: int) -> SessionState:
-        return await self._settle_folds(replace(state, turns=turns))
 
     async def _settle_folds(self, state: SessionState) -> SessionState:
         """Drop the folds past the backlog's bound, and flag and queue the fold when one is
