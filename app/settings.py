@@ -39,6 +39,9 @@ class Settings(BaseSettings):
     # Embedded PostgreSQL sizing; None means "derive from this machine's memory".
     embedded_shared_buffers_mb: int | None = Field(default=None, ge=16)
     embedded_maintenance_work_mem_mb: int | None = Field(default=None, ge=16)
+    # How often the service checks that the embedded server still runs, and starts it
+    # again if not (0: never).
+    embedded_watch_seconds: float = Field(default=5.0, ge=0, le=3600)
 
     embedder: Literal["local", "openai", "hash"] = "local"
     embedder_batch_size: int = Field(default=64, ge=1, le=2048)

@@ -42,6 +42,10 @@ JOBS = Counter("engram_jobs_total",
 JOB_SECONDS = Histogram("engram_job_seconds", "Background job run time", ["job"],
                         registry=REGISTRY,
                         buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800))
+WORKER_RECONNECTS = Counter("engram_worker_reconnects_total",
+                            "Times a lane's worker lost its database connection and "
+                            "connected again (a PostgreSQL restart or failover)", ["lane"],
+                            registry=REGISTRY)
 JOBS_QUEUED = Gauge("engram_jobs_in_queue",
                     "Jobs in the queue by job and status (queued, picked), as of the last "
                     "minute's sweep", ["job", "status"], registry=REGISTRY)
@@ -66,6 +70,10 @@ EMBEDDING_SECONDS = Histogram("engram_embedding_call_seconds",
                               "Time of one HTTP call to the embeddings endpoint",
                               registry=REGISTRY,
                               buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+EMBEDDED_RESTARTS = Counter("engram_embedded_postgres_restarts_total",
+                            "Times the service found the embedded PostgreSQL stopped and "
+                            "started it again, by outcome (ok, failed: tried again at the "
+                            "next check)", ["outcome"], registry=REGISTRY)
 MAINTENANCE_DELETED = Counter("engram_maintenance_deleted_total",
                               "Rows the maintenance rounds deleted, by what: expired_memories, "
                               "idempotency_keys, idle_sessions", ["what"], registry=REGISTRY)

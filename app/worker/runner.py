@@ -4,6 +4,11 @@ handlers as jobs arrive (LISTEN/NOTIFY wakes it; a poll catches anything missed)
 It runs inside the service process (started by the lifespan) and in tests; any number of
 replicas can run one, since pgqueuer picks each job once (SELECT ... FOR UPDATE SKIP
 LOCKED) and re-picks a job whose worker stopped sending heartbeats.
+
+pgqueuer's run ends when its connection is lost (a PostgreSQL restart or failover, a
+terminated backend), so the worker supervises it: it connects again, with a doubling
+delay, and runs a new manager, until it is stopped. Jobs picked on the lost connection
+have lost their heartbeats too, so they are picked again once stale.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from pgqueuer.domain.types import Channel
 from pgqueuer.qm import QueueManager
 
 from app.db import asyncpg_dsn
-from app.service.metrics import JOB_SECONDS, JOBS
+from app.service.metrics import JOB_SECONDS, JOBS, WORKER_RECONNECTS
 from app.worker.queue import QUEUE_SETTINGS, queue_queries
 from app.worker.registry import MAIN_LANE, JobContext, JobRegistry, JobSpec, RetryLater
 
@@ -50,6 +55,8 @@ class Worker:
         poll_interval: timedelta = timedelta(seconds=10),
         heartbeat_timeout: timedelta = timedelta(seconds=30),
         lane: str = MAIN_LANE,
+        reconnect_delay: timedelta = timedelta(seconds=1),
+        reconnect_delay_max: timedelta = timedelta(seconds=30),
     ) -> None:
         self.resources = resources
         self.registry = registry
@@ -57,41 +64,116 @@ class Worker:
         self.concurrency = max(2, concurrency)
         self.poll_interval = poll_interval
         self.heartbeat_timeout = heartbeat_timeout
+        self.reconnect_delay = reconnect_delay.total_seconds()
+        self.reconnect_delay_max = reconnect_delay_max.total_seconds()
         self._connection: Any = None
         self._manager: QueueManager | None = None
         self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
 
     async def start(self) -> None:
-        self._connection = await asyncpg.connect(
-            asyncpg_dsn(self.resources.engine),
-            server_settings={"application_name": "engram-worker" if self.lane == MAIN_LANE
-                             else f"engram-worker-{self.lane}"},
-        )
-        manager = QueueManager(
-            queue_queries(AsyncpgDriver(self._connection)),
-            channel=Channel(QUEUE_SETTINGS.channel),
-        )
-        for spec in self.registry:
-            manager.register_executor(spec.name, self._executor(spec))
-        self._manager = manager
+        """Connect and start taking jobs; a database unreachable now raises (the service
+        does not start), one lost later is reconnected to."""
+        self._stopping = asyncio.Event()
+        await self._connect()
+        self._task = asyncio.create_task(self._supervise(), name=self.application_name)
+        log.info("worker started (%s lane, %d at once): jobs %s", self.lane,
+                 2 * self._batch, ", ".join(self.registry.names()))
+
+    @property
+    def _batch(self) -> int:
         # The dequeue query caps picked jobs at max_concurrent_tasks, which must be at
         # least twice the batch.
-        batch = max(1, self.concurrency // 2)
-        self._task = asyncio.create_task(
-            manager.run(
-                dequeue_timeout=self.poll_interval,
-                batch_size=batch,
-                max_concurrent_tasks=2 * batch,
-                heartbeat_timeout=self.heartbeat_timeout,
-            ),
-            name="engram-worker",
-        )
-        log.info("worker started (%s lane, %d at once): jobs %s", self.lane, 2 * batch,
-                 ", ".join(self.registry.names()))
+        return max(1, self.concurrency // 2)
+
+    @property
+    def application_name(self) -> str:
+        """How the worker's connection shows in pg_stat_activity."""
+        return "engram-worker" if self.lane == MAIN_LANE else f"engram-worker-{self.lane}"
+
+    async def _open(self) -> Any:
+        return await asyncpg.connect(asyncpg_dsn(self.resources.engine),
+                                     server_settings={"application_name": self.application_name})
+
+    async def _connect(self) -> None:
+        connection = await self._open()
+        try:
+            manager = QueueManager(
+                queue_queries(AsyncpgDriver(connection)),
+                channel=Channel(QUEUE_SETTINGS.channel),
+            )
+            for spec in self.registry:
+                manager.register_executor(spec.name, self._executor(spec))
+        except BaseException:
+            await connection.close()
+            raise
+        self._connection, self._manager = connection, manager
+        connection.add_termination_listener(self._on_terminated)
+
+    def _on_terminated(self, connection: Any) -> None:
+        # The server ended the connection. The manager would notice only at its next poll
+        # (up to poll_interval); stop it now, and _supervise connects again.
+        if connection is self._connection and self._manager is not None:
+            self._manager.shutdown.set()
+
+    async def _supervise(self) -> None:
+        delay = self.reconnect_delay
+        while self._manager is not None and not self._stopping.is_set():
+            started = time.monotonic()
+            try:
+                await self._manager.run(
+                    dequeue_timeout=self.poll_interval,
+                    batch_size=self._batch,
+                    max_concurrent_tasks=2 * self._batch,
+                    heartbeat_timeout=self.heartbeat_timeout,
+                )
+            except Exception as exc:
+                reason = f"{exc.__class__.__name__}: {exc}"
+            else:  # stop() or _on_terminated ended it
+                reason = "the server closed it"
+            if self._stopping.is_set():
+                return
+            WORKER_RECONNECTS.labels(self.lane).inc()
+            log.warning("worker (%s lane) lost its connection (%s); connecting again",
+                        self.lane, reason)
+            await self._close_connection()
+            # A manager that ran a while had a working connection: start the delays over.
+            if time.monotonic() - started > self.reconnect_delay_max:
+                delay = self.reconnect_delay
+            delay = await self._reconnect(delay)
+
+    async def _reconnect(self, delay: float) -> float:
+        """Connect again after `delay`, doubled after each failed try; returns the delay
+        for the next loss. Stopped meanwhile, it returns with no manager."""
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), delay)
+                break
+            next_delay = min(2 * delay, self.reconnect_delay_max)
+            try:
+                await self._connect()
+            except Exception as exc:
+                log.warning("worker (%s lane) cannot connect (%s: %s); next try in %.1f s",
+                            self.lane, exc.__class__.__name__, exc, next_delay)
+                delay = next_delay
+                continue
+            if self._stopping.is_set():  # stopped while connecting
+                await self._close_connection()
+            else:
+                log.info("worker (%s lane) connected again", self.lane)
+            return next_delay
+        return delay
+
+    async def _close_connection(self) -> None:
+        connection, self._connection, self._manager = self._connection, None, None
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                await connection.close(timeout=2)
 
     async def stop(self, grace_seconds: float = 10.0) -> None:
         """Stop taking jobs and wait up to `grace_seconds` for running ones, then cancel them
         (a cancelled job is picked again by a worker once its heartbeat goes stale)."""
+        self._stopping.set()
         if self._manager is not None:
             self._manager.shutdown.set()
         if self._task is not None:
@@ -101,10 +183,8 @@ class Worker:
                 self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
-        if self._connection is not None:
-            with contextlib.suppress(Exception):
-                await self._connection.close()
-        self._task = self._manager = self._connection = None
+        await self._close_connection()
+        self._task = None
 
     @property
     def running(self) -> bool:

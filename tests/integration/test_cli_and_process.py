@@ -255,18 +255,18 @@ class Service:
 
 
 @pytest.fixture
-def start_service(tmp_path: Path) -> Iterator[Callable[[int], Service]]:
+def start_service(tmp_path: Path) -> Iterator[Callable[..., Service]]:
     started: list[Service] = []
     data_dir = tmp_path / "data"
     port = free_port()
 
-    def start(run: int) -> Service:
+    def start(run: int, **settings: str) -> Service:
         log_path = tmp_path / f"run-{run}.log"
         env = base_env(ENGRAM_DATA_DIR=str(data_dir), ENGRAM_PORT=str(port),
                        # Small enough for a busy test machine, and not PostgreSQL's stock
                        # 128MB, so the first start applies it with a restart.
                        ENGRAM_EMBEDDED_SHARED_BUFFERS_MB="144",
-                       ENGRAM_EMBEDDED_MAINTENANCE_WORK_MEM_MB="64")
+                       ENGRAM_EMBEDDED_MAINTENANCE_WORK_MEM_MB="64", **settings)
         # As in a container or CI: the embedded server's lock falls back to /tmp quietly.
         env.pop("XDG_RUNTIME_DIR", None)
         with log_path.open("wb") as log:
@@ -338,3 +338,70 @@ def _gone_soon(pgdata: Path, seconds: float = 10) -> bool:
             return False
         time.sleep(0.2)
     return True
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    wanted = name + ("{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+                     if labels else "")
+    for line in text.splitlines():
+        if line.startswith(wanted + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_the_service_starts_its_embedded_postgresql_again_when_it_is_killed(
+    start_service: Callable[..., Service], tmp_path: Path
+) -> None:
+    """The postmaster killed (the OOM killer picks the largest process): the service starts
+    it again, keeps what was committed, and its workers connect again and run jobs."""
+    pgdata = (tmp_path / "data" / "pgdata").resolve()
+    service = start_service(1, ENGRAM_EMBEDDED_WATCH_SECONDS="0.5")
+    service.wait_ready()
+    ids = []
+    for n in range(3):
+        created = httpx.post(service.base_url + "/v1/memories", timeout=10, json={
+            "content": f"Dana's allergy note number {n}.", "user_id": "dana",
+            "category": "health"})
+        assert created.status_code == 201, created.text
+        ids.append(created.json()["id"])
+    postmaster = int((pgdata / "postmaster.pid").read_text().split()[0])
+
+    os.kill(postmaster, signal.SIGKILL)
+
+    deadline = time.monotonic() + 60
+    while True:
+        assert time.monotonic() < deadline, service.log
+        try:
+            if httpx.get(service.base_url + "/readyz", timeout=5).status_code == 200:
+                new_pid = int((pgdata / "postmaster.pid").read_text().split()[0])
+                if new_pid != postmaster:
+                    break
+        except (httpx.TransportError, OSError, ValueError):
+            pass
+        time.sleep(0.2)
+    for memory_id in ids:
+        got = httpx.get(f"{service.base_url}/v1/memories/{memory_id}", timeout=10)
+        assert got.status_code == 200, got.text
+    # A queued run needs the main lane's worker, whose connection the kill ended.
+    queued = httpx.post(service.base_url + "/v1/consolidations", timeout=30, json={
+        "user_id": "dana", "mode": "synthesize_only", "async": True})
+    assert queued.status_code == 202, queued.text
+    run_url = f"{service.base_url}/v1/consolidations/{queued.json()['id']}"
+    deadline = time.monotonic() + 60
+    while (run := httpx.get(run_url, timeout=10).json())["status"] == "running":
+        assert time.monotonic() < deadline, service.log
+        time.sleep(0.2)
+    assert run["status"] == "succeeded", run
+    assert run["created"] == 1
+    metrics = httpx.get(service.base_url + "/metrics", timeout=10).text
+    assert metric(metrics, "engram_embedded_postgres_restarts_total", outcome="ok") == 1
+    assert metric(metrics, "engram_worker_reconnects_total", lane="main") >= 1
+    assert metric(metrics, "engram_worker_reconnects_total", lane="sessions") >= 1
+    assert "is not running; starting it again" in service.log
+    assert "the embedded PostgreSQL runs again" in service.log
+
+    service.process.send_signal(signal.SIGTERM)
+    service.process.wait(60)
+    assert "Application shutdown complete" in service.log, service.log
+    # The server started again is the one the service stops on its way out.
+    assert _gone_soon(pgdata), "the embedded PostgreSQL outlived the service"

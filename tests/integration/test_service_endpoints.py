@@ -99,6 +99,7 @@ async def test_metrics_is_prometheus_text_counting_requests_by_route(
     # The background work's families are declared from the start, counted or not.
     for family, kind in (("engram_jobs_total", "counter"), ("engram_job_seconds", "histogram"),
                          ("engram_jobs_in_queue", "gauge"),
+                         ("engram_worker_reconnects_total", "counter"),
                          ("engram_consolidation_runs_total", "counter"),
                          ("engram_llm_calls_total", "counter"),
                          ("engram_llm_call_seconds", "histogram"),
@@ -107,7 +108,8 @@ async def test_metrics_is_prometheus_text_counting_requests_by_route(
                          ("engram_session_folds_total", "counter"),
                          ("engram_session_events_total", "counter"),
                          ("engram_maintenance_deleted_total", "counter"),
-                         ("engram_maintenance_failures_total", "counter")):
+                         ("engram_maintenance_failures_total", "counter"),
+                         ("engram_embedded_postgres_restarts_total", "counter")):
         assert f"# TYPE {family} {kind}" in after, family
 
 

@@ -205,3 +205,154 @@ async def test_a_lanes_job_runs_while_another_lane_has_every_slot_taken(
             await conn.execute(text(f"DELETE FROM {QUEUE_SCHEMA}.pgqueuer "
                                     "WHERE entrypoint IN ('test.hog', 'test.quick')"))
     assert [w.lane for w in work.workers] == [MAIN_LANE, FOLD_LANE]
+
+
+async def worker_backends(resources: Resources, worker: Worker, *,
+                          terminate: bool = False) -> int:
+    """The worker's connections in pg_stat_activity (its lane makes the name unique here);
+    with `terminate`, each is ended, as a PostgreSQL restart or a failover ends it."""
+    action = "pg_terminate_backend(pid)" if terminate else "true"
+    async with resources.engine.begin() as conn:
+        return int(await conn.scalar(
+            text(f"SELECT count(*) FILTER (WHERE {action}) FROM pg_stat_activity "
+                 "WHERE application_name = :name"), {"name": worker.application_name}))
+
+
+async def connected(resources: Resources, worker: Worker) -> None:
+    for _ in range(200):
+        if await worker_backends(resources, worker) == 1:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the worker did not connect")
+
+
+def reconnecting_worker(resources: Resources, registry: JobRegistry, lane: str, *,
+                        delay: float = 0.1, poll: float = 1) -> Worker:
+    return Worker(resources, registry, lane=lane, poll_interval=timedelta(seconds=poll),
+                  heartbeat_timeout=timedelta(seconds=2),
+                  reconnect_delay=timedelta(seconds=delay))
+
+
+def signalling_worker(resources: Resources, job: str, lane: str, *, delay: float = 0.1,
+                      poll: float = 1) -> tuple[Worker, asyncio.Event]:
+    """A worker for one job whose handler sets the event returned."""
+    ran = asyncio.Event()
+
+    async def handler(context: JobContext, payload: Mapping[str, Any]) -> None:
+        ran.set()
+
+    registry = JobRegistry()
+    registry.register(job, handler)
+    return reconnecting_worker(resources, registry, lane, delay=delay, poll=poll), ran
+
+
+async def queue_one(resources: Resources, job: str) -> None:
+    async with resources.sessionmaker() as session:
+        await enqueue(session, job, {})
+        await session.commit()
+
+
+async def test_a_worker_whose_connection_is_lost_connects_again_and_runs_jobs(
+    resources: Resources,
+) -> None:
+    # Polling every 60 s: the loss is noticed when the server closes the connection, not
+    # at the next poll, and the new connection's LISTEN hears the job queued.
+    worker, ran = signalling_worker(resources, "test.after_loss", "reconnect-a", poll=60)
+    await worker.start()
+    try:
+        await connected(resources, worker)
+        await asyncio.sleep(1)  # idle now, waiting for a notification
+        assert await worker_backends(resources, worker, terminate=True) == 1
+        await connected(resources, worker)
+        assert worker.running
+        await queue_one(resources, "test.after_loss")
+
+        await asyncio.wait_for(ran.wait(), 15)
+
+        assert sample("engram_worker_reconnects_total", lane="reconnect-a") == 1
+        assert await worker_backends(resources, worker) == 1  # the old one is gone
+    finally:
+        await worker.stop()
+    assert await worker_backends(resources, worker) == 0
+    assert await jobs_named(resources, "test.after_loss") == 0
+
+
+async def test_a_job_running_when_the_connection_is_lost_is_picked_again(
+    resources: Resources,
+) -> None:
+    """Its end could not be recorded on the lost connection, and its heartbeats stopped:
+    once they are stale the reconnected worker picks it again (jobs are idempotent)."""
+    tries: list[int] = []
+    second = asyncio.Event()
+
+    async def handler(context: JobContext, payload: Mapping[str, Any]) -> None:
+        tries.append(context.attempt)
+        if len(tries) == 1:
+            assert await worker_backends(resources, worker, terminate=True) == 1
+        else:
+            second.set()
+
+    registry = JobRegistry()
+    registry.register("test.in_flight", handler, max_attempts=5)
+    worker = reconnecting_worker(resources, registry, "reconnect-b")
+    await worker.start()
+    try:
+        await queue_one(resources, "test.in_flight")
+
+        await asyncio.wait_for(second.wait(), 30)
+
+        assert len(tries) == 2
+        for _ in range(100):
+            if await jobs_named(resources, "test.in_flight") == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert await jobs_named(resources, "test.in_flight") == 0
+    finally:
+        await worker.stop()
+
+
+async def test_a_worker_keeps_trying_while_the_database_is_unreachable(
+    resources: Resources, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    worker, ran = signalling_worker(resources, "test.after_outage", "reconnect-c", delay=0.05)
+    await worker.start()
+    refused = 0
+    open_connection = worker._open
+
+    async def down_three_times() -> Any:
+        nonlocal refused
+        if refused < 3:
+            refused += 1
+            raise ConnectionRefusedError("the database is restarting")
+        return await open_connection()
+
+    monkeypatch.setattr(worker, "_open", down_three_times)
+    try:
+        await connected(resources, worker)
+        await worker_backends(resources, worker, terminate=True)
+        await queue_one(resources, "test.after_outage")
+
+        await asyncio.wait_for(ran.wait(), 15)
+
+        assert refused == 3
+        tries = [r.getMessage() for r in caplog.records if "cannot connect" in r.getMessage()]
+        # Each failed try doubles the delay before the next one.
+        assert [t.rsplit("next try in ", 1)[1] for t in tries] == ["0.1 s", "0.2 s", "0.4 s"]
+        assert len(tries) == 3
+    finally:
+        await worker.stop()
+
+
+async def test_a_worker_stopped_while_waiting_to_reconnect_stops_at_once(
+    resources: Resources, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    worker, _ = signalling_worker(resources, "test.never", "reconnect-d", delay=60)
+    await worker.start()
+    await connected(resources, worker)
+    await worker_backends(resources, worker, terminate=True)
+    await asyncio.sleep(0.3)  # the worker is now waiting its 60 s before reconnecting
+
+    await asyncio.wait_for(worker.stop(grace_seconds=30), 5)
+
+    assert not worker.running
+    assert await worker_backends(resources, worker) == 0
