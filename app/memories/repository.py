@@ -24,7 +24,7 @@ from sqlalchemy import (
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from app.db import Fetcher, delete_in_batches
+from app.db import Fetcher, delete_in_batches, delete_in_statements
 from app.models import SCOPE_COLUMNS, Memory
 from app.models.vector import vector_text
 
@@ -84,6 +84,11 @@ class MemoryFilter:
     include_archived: bool = False
 
 
+DELETE_BATCH = 1000
+"""Rows one statement of a filtered delete removes: the statistics triggers fold each
+statement's change, so none folds a huge one."""
+
+
 def live(now: Any = None) -> Any:
     """Rows a reader may see at all: not expired."""
     moment = now if now is not None else func.now()
@@ -136,6 +141,29 @@ class MemoryRepository:
             .returning(Memory.id)
         )
         return (await self.session.execute(stmt)).first() is not None
+
+    async def delete_matching(self, filters: MemoryFilter, batch: int = DELETE_BATCH) -> int:
+        """Delete every memory matching `filters`, expired ones too; how many. In
+        statements of `batch` rows, all in the caller's transaction."""
+        chosen = (select(Memory.id).where(Memory.tenant_id == self.tenant_id,
+                                          *_matching(filters))
+                  .limit(batch).scalar_subquery())
+        return await delete_in_statements(self.session, delete(Memory).where(
+            Memory.id.in_(chosen)).execution_options(synchronize_session=False))
+
+
+def _matching(filters: MemoryFilter) -> list[Any]:
+    preds: list[Any] = [getattr(Memory, column) == getattr(filters, column)
+                        for column in SCOPE_COLUMNS if getattr(filters, column) is not None]
+    if filters.tags:
+        preds.append(Memory.tags.contains(list(filters.tags)))
+    if filters.categories:
+        preds.append(Memory.category.in_(list(filters.categories)))
+    if filters.fact_role is not None:
+        preds.append(Memory.fact_role == filters.fact_role)
+    if not filters.include_archived:
+        preds.append(Memory.archived_at.is_(None))
+    return preds
 
 
 LIVE_SQL = "(m.expires_at IS NULL OR m.expires_at > now())"

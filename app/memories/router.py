@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel
 
 from app.consolidation.auto import AutoConsolidation
@@ -17,6 +18,7 @@ from app.memories.schemas import (
     MemoryBatch,
     MemoryBatchCreate,
     MemoryCreate,
+    MemoryDeletion,
     MemoryPage,
     MemoryUpdate,
 )
@@ -25,8 +27,28 @@ from app.validation import Category, ScopeId, Tag
 
 router = APIRouter(prefix="/v1/memories", tags=["memories"])
 
-LIST_PARAMS = frozenset({"user_id", "agent_id", "session_id", "namespace", "tags", "categories",
-                         "fact_role", "include_archived", "limit", "cursor"})
+FILTER_PARAMS = frozenset({"user_id", "agent_id", "session_id", "namespace", "tags",
+                           "categories", "fact_role"})
+LIST_PARAMS = FILTER_PARAMS | {"include_archived", "limit", "cursor"}
+
+
+def memory_filter(
+    user_id: Annotated[ScopeId | None, Query()] = None,
+    agent_id: Annotated[ScopeId | None, Query()] = None,
+    session_id: Annotated[ScopeId | None, Query()] = None,
+    namespace: Annotated[ScopeId | None, Query()] = None,
+    tags: Annotated[list[Tag] | None, Query(max_length=64,
+                                            description="All must match")] = None,
+    categories: Annotated[list[Category] | None, Query(max_length=64)] = None,
+    fact_role: Annotated[str | None, Query(pattern="^(fact|summary)$")] = None,
+) -> MemoryFilter:
+    """The query string's filters, shared by the listing and the filtered delete."""
+    return MemoryFilter(user_id=user_id, agent_id=agent_id, session_id=session_id,
+                        namespace=namespace, tags=tags, categories=categories,
+                        fact_role=fact_role)
+
+
+FilterDep = Annotated[MemoryFilter, Depends(memory_filter)]
 
 
 def _canonical(body: BaseModel) -> Any:
@@ -91,23 +113,14 @@ async def get_memory(memory_id: uuid.UUID, request: Request, caller: CallerDep) 
 async def list_memories(
     request: Request,
     caller: CallerDep,
-    user_id: Annotated[ScopeId | None, Query()] = None,
-    agent_id: Annotated[ScopeId | None, Query()] = None,
-    session_id: Annotated[ScopeId | None, Query()] = None,
-    namespace: Annotated[ScopeId | None, Query()] = None,
-    tags: Annotated[list[Tag] | None, Query(max_length=64,
-                                            description="All must match")] = None,
-    categories: Annotated[list[Category] | None, Query(max_length=64)] = None,
-    fact_role: Annotated[str | None, Query(pattern="^(fact|summary)$")] = None,
+    filters: FilterDep,
     include_archived: bool = False,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=512)] = None,
 ) -> MemoryPage:
     refuse_unknown_params(request, LIST_PARAMS)
-    filters = MemoryFilter(user_id=user_id, agent_id=agent_id, session_id=session_id,
-                           namespace=namespace, tags=tags, categories=categories,
-                           fact_role=fact_role, include_archived=include_archived)
-    return await (await _reads(request, caller)).list(filters, limit=limit, cursor=cursor)
+    return await (await _reads(request, caller)).list(
+        replace(filters, include_archived=include_archived), limit=limit, cursor=cursor)
 
 
 @router.patch("/{memory_id}", operation_id="updateMemory", summary="Change a memory",
@@ -123,3 +136,19 @@ async def delete_memory(memory_id: uuid.UUID, request: Request, session: Session
                         caller: CallerDep) -> Response:
     await _service(request, session, caller).delete(memory_id)
     return Response(status_code=204)
+
+
+@router.delete(
+    "", operation_id="deleteMemories", summary="Delete every memory matching a filter",
+    response_model=MemoryDeletion, responses=problems(),
+    description="Deletes every memory of the tenant that matches the query string's "
+                "filters, as the listing reads them, all at once: facts and summaries, "
+                "archived and expired ones included (a user's request to be forgotten "
+                "leaves nothing behind). A scope, `tags` or `categories` must be named; "
+                "without one the whole tenant would go, and the answer is 422. Sessions "
+                "are not memories: `deleteSessions` deletes a user's sessions.")
+async def delete_memories(request: Request, session: SessionDep, caller: CallerDep,
+                          filters: FilterDep) -> MemoryDeletion:
+    refuse_unknown_params(request, FILTER_PARAMS)
+    return MemoryDeletion(deleted=await _service(request, session, caller)
+                          .delete_matching(filters))

@@ -121,3 +121,8 @@ class MemoryPage(BaseModel):
     next_cursor: str | None = Field(
         description="Pass as `cursor` to read the next page; null on the last page."
     )
+
+
+class MemoryDeletion(BaseModel):
+    deleted: int = Field(description="Memories deleted: facts and summaries, archived and "
+                                     "expired ones included.")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,7 +14,13 @@ from app.errors import NotFound, ValidationFailed
 from app.ids import uuid7
 from app.memories.repository import MemoryFilter, MemoryReader, MemoryRepository
 from app.memories.schemas import Memory, MemoryCreate, MemoryPage, MemoryUpdate
+from app.models import SCOPE_COLUMNS
 from app.providers.embedder import Embedder
+
+log = logging.getLogger("engram.memories")
+
+DELETE_GUARD = ("name a scope (user_id, agent_id, session_id, namespace), tags or "
+                "categories: without one the delete would remove every memory of the tenant")
 
 
 def _row_for(item: MemoryCreate, embedding: list[float], now: datetime) -> dict[str, Any]:
@@ -81,6 +89,17 @@ class MemoryService:
     async def delete(self, memory_id: uuid.UUID) -> None:
         if not await self.repository.delete(memory_id):
             raise NotFound(f"memory {memory_id} does not exist")
+
+    async def delete_matching(self, filters: MemoryFilter) -> int:
+        """Delete every memory of a scope or criterion, archived and expired ones too (a
+        user's request to be forgotten leaves none behind); how many."""
+        if not any(getattr(filters, column) is not None for column in SCOPE_COLUMNS) \
+                and not filters.tags and not filters.categories:
+            raise ValidationFailed.on("query", DELETE_GUARD)
+        deleted = await self.repository.delete_matching(replace(filters, include_archived=True))
+        log.info("deleted %d memories of tenant %s matching %s", deleted,
+                 self.repository.tenant_id, filters)
+        return deleted
 
 
 class MemoryReads:

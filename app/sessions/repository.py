@@ -19,7 +19,7 @@ from sqlalchemy import ColumnElement, delete, func, insert, select, tuple_, upda
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from app.db import Fetcher, delete_in_batches
+from app.db import Fetcher, delete_in_batches, delete_in_statements
 from app.ids import uuid7
 from app.models import ChatSession, SessionEvent, SessionTurn
 from app.service.metrics import SESSION_EVENTS
@@ -61,6 +61,10 @@ def _turn(row: Mapping[Any, Any]) -> TurnView:
     return TurnView(seq=row["seq"], role=row["role"], content=row["content"],
                     tokens=row["tokens"], created_at=row["created_at"],
                     user_id=row["user_id"], agent_id=row["agent_id"])
+
+
+DELETE_BATCH = 100
+"""Sessions one statement of a user's delete removes, each with all its turns."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +182,20 @@ class SessionRepository:
         result = await self.session.execute(
             delete(ChatSession).where(self._this(session_id)).returning(ChatSession.session_id))
         return result.first() is not None
+
+    async def delete_of(self, *, user_id: str | None, agent_id: str | None,
+                        batch: int = DELETE_BATCH) -> int:
+        """Delete the sessions of a user, an agent or both, with their turns and events;
+        how many. `batch` sessions a statement (each may hold thousands of turns), all in
+        the caller's transaction; until a statement deletes none."""
+        preds = [ChatSession.tenant_id == self.tenant_id]
+        if user_id is not None:
+            preds.append(ChatSession.user_id == user_id)
+        if agent_id is not None:
+            preds.append(ChatSession.agent_id == agent_id)
+        chosen = select(ChatSession.session_id).where(*preds).limit(batch).scalar_subquery()
+        return await delete_in_statements(self.session, delete(ChatSession).where(
+            ChatSession.tenant_id == self.tenant_id, ChatSession.session_id.in_(chosen)))
 
     async def add_event(self, session_id: str, kind: str, detail: Mapping[str, Any]) -> None:
         await self.session.execute(

@@ -18,6 +18,7 @@ from app.sessions.schemas import (
     Session,
     SessionConfig,
     SessionContext,
+    SessionDeletion,
     SessionEventPage,
     SessionPage,
     TurnCreate,
@@ -150,6 +151,23 @@ async def delete_session(session_id: SessionId, request: Request, session: Sessi
                          caller: CallerDep) -> Response:
     await _service(request, session, caller).delete(session_id)
     return Response(status_code=204)
+
+
+@router.delete(
+    "", operation_id="deleteSessions", summary="Delete every session of a user or an agent",
+    response_model=SessionDeletion, responses=problems(),
+    description="Deletes the sessions whose identity is this user, this agent, or both, "
+                "each with its turns, summary and events, all at once. Naming neither is "
+                "422. A session that never named a user or an agent is deleted by its id. "
+                "Memories are not sessions: `deleteMemories` forgets them.")
+async def delete_sessions(
+    request: Request, session: SessionDep, caller: CallerDep,
+    user_id: Annotated[ScopeId | None, Query()] = None,
+    agent_id: Annotated[ScopeId | None, Query()] = None,
+) -> SessionDeletion:
+    refuse_unknown_params(request, frozenset({"user_id", "agent_id"}))
+    return SessionDeletion(deleted=await _service(request, session, caller).delete_of(
+        user_id=user_id, agent_id=agent_id))
 
 
 @router.get("/{session_id}/events", operation_id="listSessionEvents",

@@ -138,3 +138,8 @@ class SessionEventPage(BaseModel):
     items: list[SessionEventItem]
     next_cursor: str | None = Field(
         description="Pass as `cursor` to read the next page; null on the last page.")
+
+
+class SessionDeletion(BaseModel):
+    deleted: int = Field(description="Sessions deleted, each with its turns, summary and "
+                                     "events.")

@@ -184,6 +184,17 @@ class SessionService:
             raise NotFound(f"session {session_id!r} not found")
         log.info("session %s deleted", session_id)
 
+    async def delete_of(self, *, user_id: str | None, agent_id: str | None) -> int:
+        """Delete every session of a user, an agent, or that user with that agent; how
+        many. Naming neither is refused: it would delete the tenant's every session."""
+        if user_id is None and agent_id is None:
+            raise ValidationFailed.on("query", "name user_id, agent_id or both: without "
+                                      "one the delete would remove every session of the "
+                                      "tenant")
+        deleted = await self.repository.delete_of(user_id=user_id, agent_id=agent_id)
+        log.info("deleted %d sessions of user %s, agent %s", deleted, user_id, agent_id)
+        return deleted
+
 
 class SessionReads:
     """The read endpoints: each statement on its own, outside any transaction. A context

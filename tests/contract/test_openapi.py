@@ -47,6 +47,8 @@ CONTRACT: dict[str, Operation] = {
                               errors=frozenset({404, 502})),
     "deleteMemory": Operation("delete", "/v1/memories/{id}", None, None, frozenset({"204"}),
                               frozenset({404})),
+    # Added beyond the contract's table: forgetting a scope (a user, an agent) at once.
+    "deleteMemories": Operation("delete", "/v1/memories", None, "MemoryDeletion"),
     # Search
     "searchMemories": Operation("post", "/v1/search", "SearchRequest", "SearchResponse",
                                 errors=frozenset({502})),
@@ -67,7 +69,7 @@ CONTRACT: dict[str, Operation] = {
                             errors=frozenset({404})),
     # Added beyond the contract's table (it allows new endpoints): where a session's
     # events, which the design says are never silent, can be read; listing sessions and
-    # a session's log; choosing a session's strategy; deleting one.
+    # a session's log; choosing a session's strategy; deleting one, or a user's.
     "listSessionEvents": Operation("get", "/v1/sessions/{session_id}/events", None,
                                    "SessionEventPage", errors=frozenset({404})),
     "listSessions": Operation("get", "/v1/sessions", None, "SessionPage"),
@@ -77,6 +79,7 @@ CONTRACT: dict[str, Operation] = {
                                   "Session", frozenset({"200", "201"})),
     "deleteSession": Operation("delete", "/v1/sessions/{session_id}", None, None,
                                frozenset({"204"}), frozenset({404})),
+    "deleteSessions": Operation("delete", "/v1/sessions", None, "SessionDeletion"),
 }
 
 # Served today: every operation above.
