@@ -155,3 +155,28 @@ async def anon_client(resources: Resources) -> AsyncIterator[httpx.AsyncClient]:
 def sample(name: str, **labels: str) -> float:
     """A metric's current value in this process (0 before its first count)."""
     return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def delete_matching(client: httpx.AsyncClient, path: str, **params: Any) -> int:
+    """A filtered delete (`DELETE /v1/memories` or `/v1/sessions`): how many it deleted."""
+    resp = await client.delete(path, params=params)
+    assert resp.status_code == 200, resp.text
+    assert set(resp.json()) == {"deleted"}
+    deleted: int = resp.json()["deleted"]
+    return deleted
+
+
+def drop_connection_at(session: Any, statement: int) -> list[int]:
+    """Make `session`'s `statement`-th statement from now raise as a dropped connection
+    would; the list returned counts the statements tried."""
+    tried = [0]
+    execute = session.execute
+
+    async def failing(stmt: Any, *args: Any, **kwargs: Any) -> Any:
+        tried[0] += 1
+        if tried[0] == statement:
+            raise ConnectionResetError("the connection dropped half-way")
+        return await execute(stmt, *args, **kwargs)
+
+    session.execute = failing
+    return tried

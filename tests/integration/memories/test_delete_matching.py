@@ -14,7 +14,13 @@ from sqlalchemy import text
 
 from app.memories import repository
 from app.resources import Resources
-from tests.conftest import TenantKey, local_model, make_client
+from tests.conftest import (
+    TenantKey,
+    delete_matching,
+    drop_connection_at,
+    local_model,
+    make_client,
+)
 from tests.integration.search.test_term_stats import assert_consistent
 
 
@@ -34,11 +40,7 @@ async def rows(resources: Resources, tenant: TenantKey) -> dict[str, dict[str, A
 
 
 async def forget(client: httpx.AsyncClient, **params: Any) -> int:
-    resp = await client.delete("/v1/memories", params=params)
-    assert resp.status_code == 200, resp.text
-    assert set(resp.json()) == {"deleted"}
-    deleted: int = resp.json()["deleted"]
-    return deleted
+    return await delete_matching(client, "/v1/memories", **params)
 
 
 async def test_forgetting_a_user_deletes_facts_summaries_archived_and_expired_rows(
@@ -154,30 +156,21 @@ async def test_a_large_scope_is_deleted_in_statements_of_a_batch_all_or_nothing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     ids = await seed(client, [{"content": f"note {i}", "user_id": "big"} for i in range(25)])
-    statements = 0
-    delete_matching = repository.MemoryRepository.delete_matching
+    tried: list[list[int]] = []
+    original = repository.MemoryRepository.delete_matching
 
     async def failing_third(self: Any, filters: Any, batch: int = 10) -> int:
-        original = self.session.execute
-
-        async def execute(stmt: Any, *args: Any, **kwargs: Any) -> Any:
-            nonlocal statements
-            statements += 1
-            if statements == 3:
-                raise ConnectionResetError("the connection dropped half-way")
-            return await original(stmt, *args, **kwargs)
-
-        self.session.execute = execute
-        return await delete_matching(self, filters, batch)
+        tried.append(drop_connection_at(self.session, 3))
+        return await original(self, filters, batch)
 
     monkeypatch.setattr(repository.MemoryRepository, "delete_matching", failing_third)
     resp = await client.delete("/v1/memories", params={"user_id": "big"})
 
     assert resp.status_code >= 500
-    assert statements == 3
+    assert tried == [[3]]
     assert sorted(await rows(resources, tenant)) == sorted(ids)  # two batches rolled back
 
-    monkeypatch.setattr(repository.MemoryRepository, "delete_matching", delete_matching)
+    monkeypatch.setattr(repository.MemoryRepository, "delete_matching", original)
     assert await forget(client, user_id="big") == 25
     await assert_consistent(resources, tenant.tenant_id)
 

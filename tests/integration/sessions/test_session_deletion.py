@@ -11,7 +11,7 @@ from sqlalchemy import text
 
 from app.resources import Resources
 from app.sessions import repository
-from tests.conftest import TenantKey, make_client
+from tests.conftest import TenantKey, delete_matching, drop_connection_at, make_client
 from tests.integration.sessions.conftest import append
 
 
@@ -33,11 +33,7 @@ async def leftovers(resources: Resources, tenant: TenantKey, sids: list[str]) ->
 
 
 async def forget(client: httpx.AsyncClient, **params: Any) -> int:
-    resp = await client.delete("/v1/sessions", params=params)
-    assert resp.status_code == 200, resp.text
-    assert set(resp.json()) == {"deleted"}
-    deleted: int = resp.json()["deleted"]
-    return deleted
+    return await delete_matching(client, "/v1/sessions", **params)
 
 
 async def test_a_users_sessions_go_with_their_turns_and_events_and_nothing_else(
@@ -96,27 +92,18 @@ async def test_many_sessions_go_in_statements_of_a_batch_all_or_nothing(
     sids = [f"s{i}" for i in range(7)]
     for sid in sids:
         await append(client, sid, "hello", user_id="many")
-    statements = 0
+    tried: list[list[int]] = []
     delete_of = repository.SessionRepository.delete_of
 
     async def failing_third(self: Any, **kwargs: Any) -> int:
-        original = self.session.execute
-
-        async def execute(stmt: Any, *args: Any, **kw: Any) -> Any:
-            nonlocal statements
-            statements += 1
-            if statements == 3:
-                raise ConnectionResetError("the connection dropped half-way")
-            return await original(stmt, *args, **kw)
-
-        self.session.execute = execute
+        tried.append(drop_connection_at(self.session, 3))
         return await delete_of(self, **kwargs, batch=3)
 
     monkeypatch.setattr(repository.SessionRepository, "delete_of", failing_third)
     resp = await client.delete("/v1/sessions", params={"user_id": "many"})
 
     assert resp.status_code >= 500
-    assert statements == 3
+    assert tried == [[3]]
     assert await session_ids(resources, tenant) == set(sids)  # two batches rolled back
 
     monkeypatch.setattr(repository.SessionRepository, "delete_of",
