@@ -47,6 +47,7 @@ def create_engine(url: str, settings: Settings) -> AsyncEngine:
         url,
         pool_size=settings.db_pool_size,
         max_overflow=settings.db_max_overflow,
+        pool_timeout=settings.db_pool_timeout_seconds,
         pool_pre_ping=True,
         connect_args={
             "server_settings": server_settings(settings),

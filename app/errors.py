@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
@@ -40,6 +41,7 @@ class AppError(Exception):
     status: int = 500
     code: str = "internal_error"
     title: str = "Internal error"
+    retry_after: int | None = None  # seconds, sent as Retry-After
 
     def __init__(self, detail: str, *, errors: Sequence[FieldError] | None = None) -> None:
         super().__init__(detail)
@@ -79,6 +81,18 @@ class ProviderUnavailable(ProviderError):
 
 class DatabaseUnavailable(AppError):
     status, code, title = 503, "database_unavailable", "Database unavailable"
+
+
+class DatabaseBusy(AppError):
+    """Every connection of a pool stayed taken for `db_pool_timeout_seconds`: the service
+    is saturated, not broken, so the client is told to come back."""
+
+    status, code, title = 503, "database_busy", "Database busy"
+    retry_after = 1
+
+
+def pool_wait_expired(seconds: float) -> DatabaseBusy:
+    return DatabaseBusy(f"no database connection was free within {seconds:g} s; retry later")
 
 
 def problem_response(
@@ -171,8 +185,11 @@ def _is_connection_failure(exc: BaseException) -> bool:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(AppError)
     async def _app_error(_: Request, exc: AppError) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-        return problem_response(exc.status, exc.code, exc.title, exc.detail, exc.errors, headers)
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
+        if exc.retry_after is not None:
+            headers["Retry-After"] = str(exc.retry_after)
+        return problem_response(exc.status, exc.code, exc.title, exc.detail, exc.errors,
+                                headers or None)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -199,6 +216,11 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        if isinstance(exc, PoolTimeout):  # the engine's pool (the asyncpg ones raise DatabaseBusy)
+            log.warning("no database connection free during %s %s: %s", request.method,
+                        request.url.path, exc)
+            return await _app_error(request, pool_wait_expired(
+                request.app.state.resources.settings.db_pool_timeout_seconds))
         if _is_connection_failure(exc):
             log.warning("database unreachable during %s %s: %s", request.method,
                         request.url.path, exc)

@@ -36,6 +36,9 @@ class Settings(BaseSettings):
     # more each.
     db_pool_size: int = Field(default=10, ge=1, le=200)
     db_max_overflow: int = Field(default=10, ge=0, le=200)
+    # How long a request waits for a free connection of a pool before it answers 503
+    # (database_busy, Retry-After) instead of queueing without end.
+    db_pool_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
     # Embedded PostgreSQL sizing; None means "derive from this machine's memory".
     embedded_shared_buffers_mb: int | None = Field(default=None, ge=16)
     embedded_maintenance_work_mem_mb: int | None = Field(default=None, ge=16)

@@ -14,6 +14,7 @@ a second pool of the same kind whose connections plan each statement for its par
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -22,6 +23,7 @@ import asyncpg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db import CONNECT_TIMEOUT_SECONDS, asyncpg_dsn, server_settings
+from app.errors import pool_wait_expired
 from app.settings import Settings
 
 log = logging.getLogger("engram.search")
@@ -64,8 +66,9 @@ class SearchReader:
     """An asyncpg pool on the engine's database, for the search statements and the other
     single read statements on every request's path (the API key lookup): a Fetcher."""
 
-    def __init__(self, pool: Any) -> None:
+    def __init__(self, pool: Any, wait_seconds: float) -> None:
         self._pool = pool
+        self._wait = wait_seconds
 
     @classmethod
     async def open(cls, engine: AsyncEngine, settings: Settings,
@@ -80,17 +83,30 @@ class SearchReader:
             server_settings=session_settings or search_server_settings(settings),
             reset=_keep_session,
         )
-        return cls(pool)
+        return cls(pool, settings.db_pool_timeout_seconds)
 
     async def fetch(self, query: str, *args: Any) -> Sequence[Sequence[Any]]:
         try:
-            rows: Sequence[Sequence[Any]] = await self._pool.fetch(query, *args)
+            return await self._fetch(query, *args)
         except _STALE as exc:
             # The statement only reads, so it is safe to run again. The pool's other idle
             # connections are likely stale too (a server restart): replace them all.
             log.info("search connection lost (%s); retrying on a new one", exc)
             await self._pool.expire_connections()
-            rows = await self._pool.fetch(query, *args)
+            return await self._fetch(query, *args)
+
+    async def _fetch(self, query: str, *args: Any) -> Sequence[Sequence[Any]]:
+        try:
+            # Not acquire(timeout=): that wraps every acquire in a task (asyncio.wait_for),
+            # on the search's path twice a request.
+            async with asyncio.timeout(self._wait):
+                connection = await self._pool.acquire()
+        except TimeoutError as exc:
+            raise pool_wait_expired(self._wait) from exc
+        try:
+            rows: Sequence[Sequence[Any]] = await connection.fetch(query, *args)
+        finally:
+            await self._pool.release(connection)
         return rows
 
     async def close(self) -> None:
