@@ -6,9 +6,10 @@ replicas can run one, since pgqueuer picks each job once (SELECT ... FOR UPDATE 
 LOCKED) and re-picks a job whose worker stopped sending heartbeats.
 
 pgqueuer's run ends when its connection is lost (a PostgreSQL restart or failover, a
-terminated backend), so the worker supervises it: it connects again, with a doubling
-delay, and runs a new manager, until it is stopped. Jobs picked on the lost connection
-have lost their heartbeats too, so they are picked again once stale.
+terminated backend, or a statement unanswered for `statement_timeout`), so the worker
+supervises it: it connects again, with a doubling delay, and runs a new manager, until it
+is stopped. Jobs picked on the lost connection have lost their heartbeats too, so they are
+picked again once stale.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from pgqueuer.domain.models import Job
 from pgqueuer.domain.types import Channel
 from pgqueuer.qm import QueueManager
 
-from app.db import asyncpg_dsn
+from app.db import CONNECT_TIMEOUT_SECONDS, asyncpg_dsn
 from app.service.metrics import JOB_SECONDS, JOBS, WORKER_RECONNECTS
 from app.worker.queue import QUEUE_SETTINGS, queue_queries
 from app.worker.registry import MAIN_LANE, JobContext, JobRegistry, JobSpec, RetryLater
@@ -57,6 +58,7 @@ class Worker:
         lane: str = MAIN_LANE,
         reconnect_delay: timedelta = timedelta(seconds=1),
         reconnect_delay_max: timedelta = timedelta(seconds=30),
+        statement_timeout: timedelta = timedelta(seconds=30),
     ) -> None:
         self.resources = resources
         self.registry = registry
@@ -66,6 +68,7 @@ class Worker:
         self.heartbeat_timeout = heartbeat_timeout
         self.reconnect_delay = reconnect_delay.total_seconds()
         self.reconnect_delay_max = reconnect_delay_max.total_seconds()
+        self.statement_timeout = statement_timeout.total_seconds()
         self._connection: Any = None
         self._manager: QueueManager | None = None
         self._task: asyncio.Task[None] | None = None
@@ -92,7 +95,13 @@ class Worker:
         return "engram-worker" if self.lane == MAIN_LANE else f"engram-worker-{self.lane}"
 
     async def _open(self) -> Any:
+        # The queue's statements are short. One that takes longer is taken for a
+        # connection gone dead without a word (a failover that left it half-open sends no
+        # reset, so no termination is heard and a reply would wait for TCP's retries,
+        # ~15 min): it raises, and the worker connects again.
         return await asyncpg.connect(asyncpg_dsn(self.resources.engine),
+                                     command_timeout=self.statement_timeout,
+                                     timeout=CONNECT_TIMEOUT_SECONDS,
                                      server_settings={"application_name": self.application_name})
 
     async def _connect(self) -> None:
@@ -127,6 +136,8 @@ class Worker:
                     max_concurrent_tasks=2 * self._batch,
                     heartbeat_timeout=self.heartbeat_timeout,
                 )
+            except TimeoutError:
+                reason = f"no answer to a statement within {self.statement_timeout:g} s"
             except Exception as exc:
                 reason = f"{exc.__class__.__name__}: {exc}"
             else:  # stop() or _on_terminated ended it

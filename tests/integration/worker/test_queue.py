@@ -356,3 +356,31 @@ async def test_a_worker_stopped_while_waiting_to_reconnect_stops_at_once(
 
     assert not worker.running
     assert await worker_backends(resources, worker) == 0
+
+
+async def test_a_statement_hanging_past_its_timeout_makes_the_worker_connect_again(
+    resources: Resources, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """As a connection a failover left half-open would: no reply, and no termination
+    heard. Here the queue's table is locked, so the worker's next poll waits."""
+    worker, ran = signalling_worker(resources, "test.after_hang", "reconnect-e", poll=0.2)
+    worker.statement_timeout = 0.5
+    await worker.start()
+    try:
+        await connected(resources, worker)
+        async with resources.engine.connect() as conn:
+            lock = await conn.begin()
+            await conn.execute(text(f"LOCK TABLE {QUEUE_SCHEMA}.pgqueuer "
+                                    "IN ACCESS EXCLUSIVE MODE"))
+            for _ in range(100):
+                if sample("engram_worker_reconnects_total", lane="reconnect-e") >= 1:
+                    break
+                await asyncio.sleep(0.05)
+            await lock.rollback()
+        assert sample("engram_worker_reconnects_total", lane="reconnect-e") >= 1
+        await queue_one(resources, "test.after_hang")
+
+        await asyncio.wait_for(ran.wait(), 15)
+    finally:
+        await worker.stop()
+    assert "lost its connection (no answer to a statement within 0.5 s)" in caplog.text
