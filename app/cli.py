@@ -10,7 +10,7 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.settings import Settings, format_settings_error
 
@@ -54,10 +54,10 @@ def serve(settings: Settings) -> int:
 
 
 @asynccontextmanager
-async def _database(settings: Settings) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
+async def _database(settings: Settings) -> AsyncIterator[AsyncEngine]:
     """A migrated database for one CLI command; an embedded server already running for
     the service on the same data dir is shared, not restarted."""
-    from app.db import create_engine, create_sessionmaker
+    from app.db import create_engine
     from app.migrate import upgrade_to_head
     from app.resources import open_database
 
@@ -65,7 +65,7 @@ async def _database(settings: Settings) -> AsyncIterator[async_sessionmaker[Asyn
     engine = create_engine(url, settings)
     try:
         await upgrade_to_head(engine)
-        yield create_sessionmaker(engine)
+        yield engine
     finally:
         await engine.dispose()
         if embedded is not None:
@@ -81,10 +81,11 @@ async def _migrate(settings: Settings) -> int:
 
 
 async def _keys(settings: Settings, args: argparse.Namespace) -> int:
+    from app.db import create_sessionmaker
     from app.tenants.keys import display_prefix, hash_key, new_key
     from app.tenants.repository import TenantRepository
 
-    async with _database(settings) as maker, maker() as session:
+    async with _database(settings) as engine, create_sessionmaker(engine)() as session:
         repo = TenantRepository(session)
         if args.action == "create":
             tenant = await repo.ensure_tenant(args.tenant)
@@ -116,6 +117,35 @@ async def _keys(settings: Settings, args: argparse.Namespace) -> int:
         return 0
 
 
+async def _tenants(settings: Settings, args: argparse.Namespace) -> int:
+    from app.db import create_sessionmaker
+    from app.errors import AppError
+    from app.tenants.repository import TenantRepository
+    from app.tenants.service import deletable, delete_tenant
+
+    async with _database(settings) as engine:
+        if args.action == "list":
+            async with create_sessionmaker(engine)() as session:
+                for t in await TenantRepository(session).summaries():
+                    print(f"{t.id}  {t.name:<20} {t.created_at:%Y-%m-%d}  keys "
+                          f"{t.active_keys:<4} memories {t.memories:<9} sessions {t.sessions}")
+            return 0
+        try:
+            if not args.yes:
+                t = await deletable(engine, args.tenant)
+                print(f"engram: tenant {t.name!r} holds {t.memories} memories, {t.sessions} "
+                      f"sessions and {t.active_keys} active keys; add --yes to delete them "
+                      "all", file=sys.stderr)
+                return 1
+            t = await delete_tenant(engine, args.tenant)
+        except AppError as exc:
+            print(f"engram: {exc.detail}", file=sys.stderr)
+            return 1
+        print(f"deleted tenant {t.name!r}: {t.memories} memories, {t.sessions} sessions, "
+              f"{t.active_keys} active keys, and its consolidation runs")
+        return 0
+
+
 def _bounded_name(value: str) -> str:
     value = value.strip()
     if not 1 <= len(value) <= 100:
@@ -137,6 +167,14 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--tenant", default=None)
     revoke = keys_sub.add_parser("revoke", help="revoke a key by id")
     revoke.add_argument("key_id", type=uuid.UUID)
+    tenants = sub.add_parser("tenants", help="list tenants, delete one with all it holds")
+    tenants_sub = tenants.add_subparsers(dest="action", required=True)
+    tenants_sub.add_parser("list", help="tenants with their keys, memories and sessions")
+    remove = tenants_sub.add_parser(
+        "delete", help="delete a tenant: its memories, sessions, keys and runs")
+    remove.add_argument("tenant", type=_bounded_name)
+    remove.add_argument("--yes", action="store_true", help="delete; without it, only say "
+                                                            "what would go")
     return parser
 
 
@@ -150,6 +188,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "migrate":
             return asyncio.run(_migrate(settings))
+        if args.command == "tenants":
+            return asyncio.run(_tenants(settings, args))
         return asyncio.run(_keys(settings, args))
     except Exception as exc:
         # An operator's command: one line saying what failed, not a traceback.

@@ -306,6 +306,16 @@ async def stalled_folds(session: AsyncSession, limit: int) -> list[tuple[uuid.UU
     return [(r.tenant_id, r.session_id) for r in rows]
 
 
+async def purge_tenant_sessions(engine: AsyncEngine, tenant_id: uuid.UUID,
+                                batch: int = DELETE_BATCH) -> int:
+    """Delete every session of a tenant with its turns and events, `batch` sessions a
+    transaction; how many."""
+    chosen = select(ChatSession.session_id).where(ChatSession.tenant_id == tenant_id)
+    return await delete_in_batches(engine, delete(ChatSession).where(
+        ChatSession.tenant_id == tenant_id,
+        ChatSession.session_id.in_(chosen.limit(batch).scalar_subquery())), batch)
+
+
 async def purge_idle(engine: AsyncEngine, idle: timedelta, batch: int = 100) -> int:
     """Delete the sessions, in any tenant, with no append or strategy change for `idle`,
     with their turns and events (the foreign keys cascade); how many. A maintenance job.

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db import Fetcher
-from app.models import ApiKey, Tenant
+from app.models import ApiKey, ChatSession, Memory, Tenant
 
 # ix_api_keys_key_hash; a key hash is unique per tenant, and SHA-256 collisions across
 # tenants are not a concern, so at most one row.
@@ -30,6 +32,16 @@ class KeyLookup:
     async def tenant_for_key_hash(self, key_hash: bytes) -> uuid.UUID | None:
         rows = await self.db.fetch(_TENANT_FOR_KEY_HASH, key_hash)
         return rows[0][0] if rows else None
+
+
+@dataclass(frozen=True)
+class TenantSummary:
+    id: uuid.UUID
+    name: str
+    created_at: datetime
+    active_keys: int
+    memories: int
+    sessions: int
 
 
 class TenantRepository:
@@ -68,4 +80,26 @@ class TenantRepository:
             update(ApiKey).where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None))
             .values(revoked_at=func.now()).returning(ApiKey.id)
         )
+        return result.first() is not None
+
+    async def summaries(self, name: str | None = None) -> list[TenantSummary]:
+        """Every tenant (or the one named) with its active keys, memories and sessions, by
+        name."""
+        keys = (select(func.count()).select_from(ApiKey)
+                .where(ApiKey.tenant_id == Tenant.id, ApiKey.revoked_at.is_(None))
+                .scalar_subquery())
+        memories = (select(func.count()).select_from(Memory)
+                    .where(Memory.tenant_id == Tenant.id).scalar_subquery())
+        sessions = (select(func.count()).select_from(ChatSession)
+                    .where(ChatSession.tenant_id == Tenant.id).scalar_subquery())
+        stmt = select(Tenant.id, Tenant.name, Tenant.created_at, keys, memories, sessions)
+        if name is not None:
+            stmt = stmt.where(Tenant.name == name)
+        rows = await self.session.execute(stmt.order_by(Tenant.name))
+        return [TenantSummary(*row) for row in rows.all()]
+
+    async def delete(self, tenant_id: uuid.UUID) -> bool:
+        """Delete the tenant's row; the foreign keys cascade to whatever it still holds."""
+        result = await self.session.execute(
+            delete(Tenant).where(Tenant.id == tenant_id).returning(Tenant.id))
         return result.first() is not None

@@ -9,6 +9,7 @@ says how many jobs wait or run.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
@@ -105,3 +106,15 @@ async def queue_counts(engine: AsyncEngine) -> list[tuple[str, str, int]]:
             f"SELECT entrypoint, status::text, count(*) "
             f"FROM {QUEUE_SCHEMA}.{QUEUE_SETTINGS.queue_table} GROUP BY 1, 2"))
         return [(r[0], r[1], int(r[2])) for r in rows]
+
+
+async def drop_tenant_jobs(engine: AsyncEngine, tenant_id: uuid.UUID) -> int:
+    """Delete a tenant's jobs still waiting (every job's payload names its tenant); how
+    many. Running ones are left to end: their rows are gone, so they find nothing."""
+    async with engine.begin() as conn:
+        result = await conn.execute(text(
+            f"DELETE FROM {QUEUE_SCHEMA}.{QUEUE_SETTINGS.queue_table} "
+            "WHERE status = 'queued' "
+            "AND convert_from(payload, 'UTF8')::jsonb ->> 'tenant_id' = :t"),
+            {"t": str(tenant_id)})
+        return int(result.rowcount or 0)

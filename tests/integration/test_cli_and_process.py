@@ -124,6 +124,43 @@ async def test_key_lifecycle_create_list_authenticate_revoke(
     assert key_id in again.stderr
 
 
+async def test_tenants_are_listed_and_deleted_only_with_yes(
+    database_url: str, resources: Resources
+) -> None:
+    tenant = f"gone-{uuid.uuid4().hex[:8]}"
+    created = await cli(database_url, "keys", "create", "--tenant", tenant)
+    key = created.stdout.strip()
+    async with make_client(resources, {"Authorization": f"Bearer {key}"}) as client:
+        stored = await client.post("/v1/memories", json={"content": "to be offboarded"})
+        assert stored.status_code == 201
+
+        listed = await cli(database_url, "tenants", "list")
+        [row] = [line for line in listed.stdout.splitlines() if f" {tenant} " in line]
+        assert "keys 1" in row
+        assert "memories 1" in row
+        assert "sessions 0" in row
+        asked = await cli(database_url, "tenants", "delete", tenant)
+        assert asked.returncode == 1
+        assert meaningful_lines(asked.stderr) == [
+            f"engram: tenant {tenant!r} holds 1 memories, 0 sessions and 1 active keys; "
+            "add --yes to delete them all"]
+        assert (await client.get(f"/v1/memories/{stored.json()['id']}")).status_code == 200
+
+        deleted = await cli(database_url, "tenants", "delete", tenant, "--yes")
+
+        assert deleted.returncode == 0, deleted.stderr
+        assert meaningful_lines(deleted.stdout) == [
+            f"deleted tenant {tenant!r}: 1 memories, 0 sessions, 1 active keys, and its "
+            "consolidation runs"]
+        assert (await client.get("/v1/memories")).status_code == 401
+    after = await cli(database_url, "tenants", "list")
+    assert f" {tenant} " not in after.stdout
+    refused = await cli(database_url, "tenants", "delete", "default", "--yes")
+    assert refused.returncode == 1
+    assert "default tenant" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+
 async def test_migrate_reports_schema_at_head(database_url: str) -> None:
     result = await cli(database_url, "migrate")
 

@@ -1,0 +1,42 @@
+"""Deleting a tenant with everything it holds (an operator's command, not an endpoint)."""
+
+from __future__ import annotations
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.db import create_sessionmaker
+from app.errors import Conflict, NotFound
+from app.memories.repository import purge_tenant
+from app.models import DEFAULT_TENANT_ID
+from app.sessions.repository import purge_tenant_sessions
+from app.tenants.repository import TenantRepository, TenantSummary
+from app.worker.queue import drop_tenant_jobs
+
+
+async def deletable(engine: AsyncEngine, name: str) -> TenantSummary:
+    """The tenant `delete_tenant` would delete, with what it holds; refused as it would be."""
+    async with create_sessionmaker(engine)() as session:
+        found = await TenantRepository(session).summaries(name)
+    if not found:
+        raise NotFound(f"no tenant named {name!r}")
+    if found[0].id == DEFAULT_TENANT_ID:
+        raise Conflict("the default tenant is who every call acts as with authentication "
+                       "off, so it is not deleted; delete its memories and sessions through "
+                       "the API, or remove the data dir")
+    return found[0]
+
+
+async def delete_tenant(engine: AsyncEngine, name: str) -> TenantSummary:
+    """Delete the tenant named `name`; what it held when the delete began.
+
+    Its memories and sessions go first in bounded transactions (a tenant may hold
+    millions of rows, and one cascade would fold them all in one statement), then its
+    row, whose cascade takes the keys, consolidation runs, idempotency keys, counters and
+    anything written meanwhile. Its keys work until that last step."""
+    tenant = await deletable(engine, name)
+    await drop_tenant_jobs(engine, tenant.id)  # else they would fail, and retry, for nothing
+    await purge_tenant(engine, tenant.id)
+    await purge_tenant_sessions(engine, tenant.id)
+    async with create_sessionmaker(engine)() as session, session.begin():
+        await TenantRepository(session).delete(tenant.id)
+    return tenant
