@@ -377,6 +377,15 @@ def _gone_soon(pgdata: Path, seconds: float = 10) -> bool:
     return True
 
 
+def stop_leaving_no_server(service: Service, pgdata: Path) -> None:
+    """SIGTERM, a complete shutdown, and no PostgreSQL left under the data dir. Not
+    `Service.stop`: an outage's log holds asyncpg's warnings with their tracebacks."""
+    service.process.send_signal(signal.SIGTERM)
+    service.process.wait(60)
+    assert "Application shutdown complete" in service.log, service.log
+    assert _gone_soon(pgdata), "the embedded PostgreSQL outlived the service"
+
+
 def metric(text: str, name: str, **labels: str) -> float:
     wanted = name + ("{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
                      if labels else "")
@@ -437,11 +446,8 @@ def test_the_service_starts_its_embedded_postgresql_again_when_it_is_killed(
     assert "is not running; starting it again" in service.log
     assert "the embedded PostgreSQL runs again" in service.log
 
-    service.process.send_signal(signal.SIGTERM)
-    service.process.wait(60)
-    assert "Application shutdown complete" in service.log, service.log
     # The server started again is the one the service stops on its way out.
-    assert _gone_soon(pgdata), "the embedded PostgreSQL outlived the service"
+    stop_leaving_no_server(service, pgdata)
 
 
 def test_a_server_restarted_by_hand_is_the_one_the_service_stops(
@@ -467,10 +473,7 @@ def test_a_server_restarted_by_hand_is_the_one_the_service_stops(
     while psutil.pid_exists(before):
         assert time.monotonic() < deadline, "the old postmaster was never reaped"
         time.sleep(0.1)
-    service.process.send_signal(signal.SIGTERM)
-    service.process.wait(60)
-    assert "Application shutdown complete" in service.log, service.log
-    assert _gone_soon(pgdata), "the embedded PostgreSQL outlived the service"
+    stop_leaving_no_server(service, pgdata)
 
 
 def test_the_service_starts_over_lock_files_a_crash_left_naming_a_reused_pid(
