@@ -1,5 +1,5 @@
 """The engine, the session factory, the one-transaction-per-request dependency, and the
-maintenance purges' batched delete."""
+batched deletes: the purges' (a transaction each batch) and a request's (one in all)."""
 
 from __future__ import annotations
 
