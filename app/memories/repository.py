@@ -58,9 +58,13 @@ def answer_record(columns: Sequence[Any]) -> dict[str, Any]:
     """A row of `ANSWER_SQL` read on a plain asyncpg connection, as the answer's fields
     (asyncpg hands `jsonb` over as its JSON text)."""
     record = dict(zip(ANSWER_KEYS, columns, strict=True))
-    if isinstance(record["metadata"], str):
-        record["metadata"] = json.loads(record["metadata"])
+    record["metadata"] = _decoded(record["metadata"])
     return record
+
+
+def _decoded(metadata: Any) -> Any:
+    """A jsonb column as read on a plain asyncpg connection: its JSON text."""
+    return json.loads(metadata) if isinstance(metadata, str) else metadata
 
 
 def _one_or_none(result: Result[Any]) -> dict[str, Any] | None:
@@ -167,6 +171,9 @@ def _matching(filters: MemoryFilter) -> list[Any]:
 
 
 LIVE_SQL = "(m.expires_at IS NULL OR m.expires_at > now())"
+
+_VERSION_COLUMNS = ("version", "content", "category", "tags", "importance", "metadata",
+                    "expires_at", "valid_from", "replaced_at")
 """`live()` for the statements written as text over `memories m`."""
 
 
@@ -189,6 +196,27 @@ class MemoryReader:
             f"WHERE m.tenant_id = $1 AND m.id = $2 AND {LIVE_SQL}",
             self.tenant_id, memory_id)
         return answer_record(rows[0]) if rows else None
+
+    async def versions(self, memory_id: uuid.UUID, *, limit: int,
+                       before: int | None = None) -> list[dict[str, Any]] | None:
+        """Up to `limit` earlier states of the memory, newest first, older than version
+        `before` when given; None when the memory is absent or expired. One statement:
+        the memory's row, joined to its versions (a row of nulls when it has none)."""
+        rows = await self.db.fetch(
+            f"SELECT {', '.join('v.' + c for c in _VERSION_COLUMNS)} FROM memories m "
+            "LEFT JOIN LATERAL (SELECT * FROM memory_versions v "
+            "  WHERE v.tenant_id = m.tenant_id AND v.memory_id = m.id "
+            "    AND ($3::int IS NULL OR v.version < $3) "
+            "  ORDER BY v.version DESC LIMIT $4) v ON true "
+            f"WHERE m.tenant_id = $1 AND m.id = $2 AND {LIVE_SQL}",
+            self.tenant_id, memory_id, before, limit)
+        if not rows:
+            return None
+        found = [dict(zip(_VERSION_COLUMNS, row, strict=True)) for row in rows
+                 if row[0] is not None]
+        for record in found:
+            record["metadata"] = _decoded(record["metadata"])
+        return found
 
     async def page(
         self,

@@ -19,6 +19,7 @@ from app.memories.schemas import (
     MemoryBatchCreate,
     MemoryCreate,
     MemoryDeletion,
+    MemoryHistory,
     MemoryPage,
     MemoryUpdate,
 )
@@ -106,6 +107,22 @@ async def _reads(request: Request, caller: CallerDep) -> MemoryReads:
             response_model=Memory, responses=problems(404))
 async def get_memory(memory_id: uuid.UUID, request: Request, caller: CallerDep) -> Memory:
     return await (await _reads(request, caller)).get(memory_id)
+
+
+@router.get("/{memory_id}/history", operation_id="getMemoryHistory",
+            summary="A memory's earlier states, newest first", response_model=MemoryHistory,
+            responses=problems(404),
+            description="Every change to a memory's content, category, tags, importance, "
+                        "metadata or expiry keeps the state it replaced, so what an agent "
+                        "believed before can be read. The history goes with the memory "
+                        "when it is deleted.")
+async def get_memory_history(
+    memory_id: uuid.UUID, request: Request, caller: CallerDep,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(max_length=512)] = None,
+) -> MemoryHistory:
+    refuse_unknown_params(request, frozenset({"limit", "cursor"}))
+    return await (await _reads(request, caller)).history(memory_id, limit=limit, cursor=cursor)
 
 
 @router.get("", operation_id="listMemories", summary="List memories, newest first",

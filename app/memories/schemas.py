@@ -126,3 +126,27 @@ class MemoryPage(BaseModel):
 class MemoryDeletion(BaseModel):
     deleted: int = Field(description="Memories deleted: facts and summaries, archived and "
                                      "expired ones included.")
+
+
+class MemoryVersion(BaseModel):
+    """A state the memory had before a change replaced it."""
+
+    version: int = Field(description="1 is the memory as first stored; each change to its "
+                                     "content, category, tags, importance, metadata or "
+                                     "expiry adds the state it replaced.")
+    content: str
+    category: str
+    tags: list[str]
+    importance: float
+    metadata: dict[str, Any]
+    expires_at: datetime | None
+    valid_from: datetime = Field(description="When the memory took this state.")
+    replaced_at: datetime = Field(description="When a change replaced it.")
+
+
+class MemoryHistory(BaseModel):
+    items: list[MemoryVersion] = Field(description="Earlier states, newest first; the "
+                                                   "current one is the memory itself.")
+    next_cursor: str | None = Field(
+        description="Pass as `cursor` to read the next page; null on the last page."
+    )

@@ -9,11 +9,18 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from app.cursors import cut_page, decode_cursor
+from app.cursors import cut_page, decode_cursor, decode_text_cursor
 from app.errors import NotFound, ValidationFailed
 from app.ids import uuid7
 from app.memories.repository import MemoryFilter, MemoryReader, MemoryRepository
-from app.memories.schemas import Memory, MemoryCreate, MemoryPage, MemoryUpdate
+from app.memories.schemas import (
+    Memory,
+    MemoryCreate,
+    MemoryHistory,
+    MemoryPage,
+    MemoryUpdate,
+    MemoryVersion,
+)
 from app.models import SCOPE_COLUMNS
 from app.providers.embedder import Embedder
 
@@ -113,6 +120,22 @@ class MemoryReads:
         if row is None:
             raise NotFound(f"memory {memory_id} does not exist")
         return Memory.model_validate(row)
+
+    async def history(self, memory_id: uuid.UUID, *, limit: int,
+                      cursor: str | None) -> MemoryHistory:
+        before = None
+        if cursor:
+            _, key = decode_text_cursor(cursor)
+            if not key.isdigit():
+                raise ValidationFailed.on("query.cursor", "is not a cursor this service issued")
+            before = int(key)
+        rows = await self.reader.versions(memory_id, limit=limit + 1, before=before)
+        if rows is None:
+            raise NotFound(f"memory {memory_id} does not exist")
+        page, next_cursor = cut_page(rows, limit,
+                                     lambda r: (r["replaced_at"], str(r["version"])))
+        return MemoryHistory(items=[MemoryVersion.model_validate(r) for r in page],
+                             next_cursor=next_cursor)
 
     async def list(self, filters: MemoryFilter, *, limit: int, cursor: str | None) -> MemoryPage:
         after = decode_cursor(cursor) if cursor else None

@@ -5,11 +5,12 @@ from app.models.base import Base
 from app.models.consolidation_run import ConsolidationRun
 from app.models.idempotency import IdempotencyRecord
 from app.models.memory import SCOPE_COLUMNS, Memory
+from app.models.memory_version import MemoryVersion
 from app.models.scope_write_counter import ScopeWriteCounter
 from app.models.session import ChatSession, SessionEvent, SessionTurn
 from app.models.tenant import DEFAULT_TENANT_ID, Tenant
 from app.models.term_stat import term_stats
 
 __all__ = ["DEFAULT_TENANT_ID", "SCOPE_COLUMNS", "ApiKey", "Base", "ChatSession",
-           "ConsolidationRun", "IdempotencyRecord", "Memory", "ScopeWriteCounter",
+           "ConsolidationRun", "IdempotencyRecord", "Memory", "MemoryVersion", "ScopeWriteCounter",
            "SessionEvent", "SessionTurn", "Tenant", "term_stats"]

@@ -47,8 +47,11 @@ CONTRACT: dict[str, Operation] = {
                               errors=frozenset({404, 502})),
     "deleteMemory": Operation("delete", "/v1/memories/{id}", None, None, frozenset({"204"}),
                               frozenset({404})),
-    # Added beyond the contract's table: forgetting a scope (a user, an agent) at once.
+    # Added beyond the contract's table: forgetting a scope (a user, an agent) at once,
+    # and a memory's earlier states.
     "deleteMemories": Operation("delete", "/v1/memories", None, "MemoryDeletion"),
+    "getMemoryHistory": Operation("get", "/v1/memories/{id}/history", None, "MemoryHistory",
+                                  errors=frozenset({404})),
     # Search
     "searchMemories": Operation("post", "/v1/search", "SearchRequest", "SearchResponse",
                                 errors=frozenset({502})),
