@@ -86,6 +86,8 @@ class MemoryFilter:
     categories: Sequence[str] | None = None
     fact_role: str | None = None
     include_archived: bool = False
+    created_after: datetime | None = None
+    created_before: datetime | None = None
 
 
 DELETE_BATCH = 1000
@@ -165,6 +167,10 @@ def _matching(filters: MemoryFilter) -> list[Any]:
         preds.append(Memory.category.in_(list(filters.categories)))
     if filters.fact_role is not None:
         preds.append(Memory.fact_role == filters.fact_role)
+    if filters.created_after is not None:
+        preds.append(Memory.created_at > filters.created_after)
+    if filters.created_before is not None:
+        preds.append(Memory.created_at < filters.created_before)
     if not filters.include_archived:
         preds.append(Memory.archived_at.is_(None))
     return preds
@@ -244,6 +250,10 @@ class MemoryReader:
             where.append(f"m.category = ANY({arg(list(filters.categories))}::text[])")
         if filters.fact_role is not None:
             where.append(f"m.fact_role = {arg(filters.fact_role)}")
+        if filters.created_after is not None:
+            where.append(f"m.created_at > {arg(filters.created_after)}")
+        if filters.created_before is not None:
+            where.append(f"m.created_at < {arg(filters.created_before)}")
         if not filters.include_archived:
             where.append("m.archived_at IS NULL")
         if after is not None:

@@ -24,12 +24,12 @@ from app.memories.schemas import (
     MemoryUpdate,
 )
 from app.memories.service import MemoryReads, MemoryService
-from app.validation import Category, ScopeId, Tag
+from app.validation import AwareDatetime, Category, ScopeId, Tag
 
 router = APIRouter(prefix="/v1/memories", tags=["memories"])
 
 FILTER_PARAMS = frozenset({"user_id", "agent_id", "session_id", "namespace", "tags",
-                           "categories", "fact_role"})
+                           "categories", "fact_role", "created_after", "created_before"})
 LIST_PARAMS = FILTER_PARAMS | {"include_archived", "limit", "cursor"}
 
 
@@ -42,11 +42,16 @@ def memory_filter(
                                             description="All must match")] = None,
     categories: Annotated[list[Category] | None, Query(max_length=64)] = None,
     fact_role: Annotated[str | None, Query(pattern="^(fact|summary)$")] = None,
+    created_after: Annotated[AwareDatetime | None, Query(
+        description="Only memories created after this moment (RFC 3339 with a zone)")] = None,
+    created_before: Annotated[AwareDatetime | None, Query(
+        description="Only memories created before this moment")] = None,
 ) -> MemoryFilter:
     """The query string's filters, shared by the listing and the filtered delete."""
     return MemoryFilter(user_id=user_id, agent_id=agent_id, session_id=session_id,
                         namespace=namespace, tags=tags, categories=categories,
-                        fact_role=fact_role)
+                        fact_role=fact_role, created_after=created_after,
+                        created_before=created_before)
 
 
 FilterDep = Annotated[MemoryFilter, Depends(memory_filter)]

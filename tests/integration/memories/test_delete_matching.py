@@ -113,7 +113,23 @@ async def test_filters_combine_as_the_listing_reads_them(
     assert await rows(resources, tenant) == {}
 
 
-@pytest.mark.parametrize("params", [{}, {"fact_role": "fact"}])
+async def test_a_users_memories_older_than_a_moment_go_and_newer_ones_stay(
+    resources: Resources, client: httpx.AsyncClient, tenant: TenantKey,
+) -> None:
+    old = await seed(client, [{"content": f"old {i}", "user_id": "u",
+                               "created_at": f"2025-0{i + 1}-01T00:00:00Z"} for i in range(3)])
+    new = await seed(client, [{"content": "new", "user_id": "u"},
+                              {"content": "someone else's old", "user_id": "v",
+                               "created_at": "2025-01-01T00:00:00Z"}])
+
+    assert await forget(client, user_id="u", created_before="2025-06-01T00:00:00+00:00") == 3
+
+    assert sorted(await rows(resources, tenant)) == sorted(new)
+    assert not set(old) & set(await rows(resources, tenant))
+
+
+@pytest.mark.parametrize("params", [{}, {"fact_role": "fact"},
+                                    {"created_before": "2030-01-01T00:00:00Z"}])
 async def test_a_delete_naming_no_scope_is_refused_and_deletes_nothing(
     resources: Resources, client: httpx.AsyncClient, tenant: TenantKey,
     params: dict[str, str],

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import httpx
@@ -365,3 +365,30 @@ async def test_a_cursor_past_the_last_row_returns_an_empty_page(
     again = (await client.get("/v1/memories",
                               params={"limit": 2, "cursor": first["next_cursor"]})).json()
     assert again == {"items": [], "next_cursor": None}
+
+
+async def test_created_after_and_before_bound_the_listing_exclusively(
+    client: httpx.AsyncClient,
+) -> None:
+    created = await create_batch(client, [
+        {"content": f"m{i}", "user_id": "u", "created_at": at(i)} for i in range(5)])
+    ids = [m["id"] for m in created]
+
+    assert await list_ids(client, created_after=at(1), created_before=at(4)) == [ids[3],
+                                                                                 ids[2]]
+    assert await list_ids(client, user_id="u", created_after=at(3)) == [ids[4]]
+    assert await list_ids(client, created_before=at(0)) == []
+    # Offsets other than UTC mean the same moment.
+    plus_two = (BASE + timedelta(minutes=3)).astimezone(
+        timezone(timedelta(hours=2))).isoformat()
+    assert await list_ids(client, created_before=plus_two) == [ids[2], ids[1], ids[0]]
+
+
+@pytest.mark.parametrize("value", ["2025-06-01T12:00:00", "yesterday", "2025-13-01T00:00:00Z"])
+async def test_a_created_bound_without_a_zone_or_not_a_moment_is_422(
+    client: httpx.AsyncClient, value: str,
+) -> None:
+    resp = await client.get("/v1/memories", params={"created_after": value})
+
+    assert resp.status_code == 422, resp.text
+    assert [e["field"] for e in resp.json()["errors"]] == ["query.created_after"]
