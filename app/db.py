@@ -3,6 +3,7 @@ batched deletes: the purges' (a transaction each batch) and a request's (one in 
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol, cast
 
@@ -25,6 +26,11 @@ class Fetcher(Protocol):
     search statements, the API key lookup) run on app/search/reader.py's asyncpg pool."""
 
     async def fetch(self, query: str, *args: Any) -> Sequence[Sequence[Any]]: ...
+
+
+def jsonb(value: Any) -> Any:
+    """A jsonb column as a `Fetcher` (plain asyncpg) reads it: its JSON text, decoded."""
+    return json.loads(value) if isinstance(value, str) else value
 
 
 def server_settings(settings: Settings) -> dict[str, str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from sqlalchemy import (
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from app.db import Fetcher, delete_in_batches, delete_in_statements
+from app.db import Fetcher, delete_in_batches, delete_in_statements, jsonb
 from app.models import SCOPE_COLUMNS, Memory
 from app.models.vector import vector_text
 
@@ -58,13 +57,8 @@ def answer_record(columns: Sequence[Any]) -> dict[str, Any]:
     """A row of `ANSWER_SQL` read on a plain asyncpg connection, as the answer's fields
     (asyncpg hands `jsonb` over as its JSON text)."""
     record = dict(zip(ANSWER_KEYS, columns, strict=True))
-    record["metadata"] = _decoded(record["metadata"])
+    record["metadata"] = jsonb(record["metadata"])
     return record
-
-
-def _decoded(metadata: Any) -> Any:
-    """A jsonb column as read on a plain asyncpg connection: its JSON text."""
-    return json.loads(metadata) if isinstance(metadata, str) else metadata
 
 
 def _one_or_none(result: Result[Any]) -> dict[str, Any] | None:
@@ -221,7 +215,7 @@ class MemoryReader:
         found = [dict(zip(_VERSION_COLUMNS, row, strict=True)) for row in rows
                  if row[0] is not None]
         for record in found:
-            record["metadata"] = _decoded(record["metadata"])
+            record["metadata"] = jsonb(record["metadata"])
         return found
 
     async def page(

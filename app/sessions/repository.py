@@ -8,7 +8,6 @@ which the maintenance rounds run over every tenant, are the module-level functio
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from sqlalchemy import ColumnElement, delete, func, insert, select, tuple_, upda
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from app.db import Fetcher, delete_in_batches, delete_in_statements
+from app.db import Fetcher, delete_in_batches, delete_in_statements, jsonb
 from app.ids import uuid7
 from app.models import ChatSession, SessionEvent, SessionTurn
 from app.service.metrics import SESSION_EVENTS
@@ -267,9 +266,7 @@ class SessionReader:
             f"ORDER BY created_at DESC, id DESC LIMIT ${len(args) + 1}", *args, limit)
         events = [dict(zip(EVENT_KEYS, r, strict=True)) for r in rows]
         for event in events:
-            # asyncpg hands jsonb over as its JSON text.
-            if isinstance(event["detail"], str):
-                event["detail"] = json.loads(event["detail"])
+            event["detail"] = jsonb(event["detail"])
         return events
 
     async def list(self, filters: SessionFilter, limit: int,
