@@ -42,6 +42,11 @@ def client_metadata(value: dict[str, Any]) -> dict[str, Any]:
     reserved = sorted(RESERVED_METADATA_KEYS & value.keys())
     if reserved:
         raise ValueError(f"reserved keys cannot be set by clients: {', '.join(reserved)}")
+    return bounded_json(value)
+
+
+def bounded_json(value: dict[str, Any]) -> dict[str, Any]:
+    """A JSON object jsonb can hold, within metadata's size and depth."""
     _check_json_values(value)
     try:
         encoded = json.dumps(value, ensure_ascii=False, allow_nan=False)
@@ -125,6 +130,40 @@ Metadata = Annotated[
         "output.")),
     AfterValidator(client_metadata),
 ]
+# A filter on metadata, matched by jsonb containment (`@>`): what a memory may hold, so
+# its keys may be reserved ones (a summary's `summary_of`).
+_MATCH_SEMANTICS = (
+    "Only memories whose metadata contains this object: each key given holds the value "
+    "given (a nested object matches by containment, an array when it holds every item "
+    "given). An empty object matches every memory.")
+MetadataMatch = Annotated[
+    dict[str, Any],
+    Field(description=(
+        f"{_MATCH_SEMANTICS} At most {METADATA_MAX_BYTES} bytes serialised, nested at most "
+        f"{METADATA_MAX_DEPTH} levels, as `metadata`.")),
+    AfterValidator(bounded_json),
+]
+METADATA_PARAM_MAX_CHARS = 4096
+METADATA_PARAM_DESCRIPTION = (
+    'A JSON object, URL-encoded (`metadata={"project":"apollo"}`). ' + _MATCH_SEMANTICS)
+
+
+def metadata_match_param(raw: str) -> dict[str, Any]:
+    """The filter as a query string carries it: JSON text, parsed here (FastAPI takes no
+    object type in a query string)."""
+    try:
+        value = json.loads(raw, parse_constant=_no_constant)
+    except ValueError as exc:
+        raise ValueError(f"is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ValueError("must be a JSON object")
+    return bounded_json(value)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
 # Numbers and flags of request bodies, as JSON types: `true` is not 1, "5" is not 5, and
 # "yes" or 1 is not a boolean (pydantic's lax mode would take each of them). Bounds go
 # before the check (`Annotated[int, Field(ge=1), INTEGER_ONLY]`): put after it, pydantic

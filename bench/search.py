@@ -284,8 +284,9 @@ async def seed(
     try:
         await conn.execute(f"SET maintenance_work_mem = '{args.maintenance_work_mem}'")
         # Together: TRUNCATE fires no DELETE trigger, so emptying `memories` alone would
-        # leave the previous size's statistics in `term_stats`.
-        await conn.execute("TRUNCATE memories, term_stats")
+        # leave the previous size's statistics in `term_stats`; and `memory_versions`
+        # references `memories` (migration 0018), which TRUNCATE refuses to leave behind.
+        await conn.execute("TRUNCATE memories, memory_versions, term_stats")
         defs = await conn.fetch(
             """SELECT i.indexname, i.indexdef FROM pg_indexes i
                WHERE i.schemaname = 'public' AND i.tablename = 'memories'

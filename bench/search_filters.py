@@ -1,5 +1,5 @@
-"""Search with tag and category filters in a large tenant: what each filter costs, and
-whether the exact/HNSW choice suits it.
+"""Search with tag, category, creation-window and metadata filters in a large tenant: what
+each filter costs, and whether the exact/HNSW choice suits it.
 
 bench/search.py measures unscoped and user-scoped searches. Tags and categories are
 filters too, and two things differ for them: a scope column's rows are counted on its
@@ -10,10 +10,13 @@ only, then reads each row to check the filter.
 
 Seeds the corpus of bench/search.py (one tenant, skewed users; its cached MiniLM base
 vectors), then gives rows extra tags of known shares (`pct4`, `pct1`, `rows30`) beside
-the seeded ones (eight tags of ~18% each, six categories of ~17%), and moves 3,000 rows of
+the seeded ones (eight tags of ~18% each, six categories of ~17%), metadata `{"doc": ...}`
+of known shares (`doc-pct4`, `doc-rows30`), and moves 3,000 rows of
 the second-largest user to a user of their own: a scope over `exact_below` whose rows are
 counted, so the text statement sizes a term's rows in it by the user's share of the
 tenant (a 1M-row tenant's common words would otherwise find nothing for any user).
+The creation windows and metadata are plain filters on the scope's rows (no index serves
+them in the search): a narrow one in a large scope reads much of the scope to count it.
 For each filter class: the text and vector statements one after the other on the
 service's own pool (SearchRepository, as the service runs them; no embedding), the
 vector statement once more forced onto each branch (exact, HNSW) with how much of the
@@ -37,6 +40,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -52,13 +56,21 @@ from lean_http import LeanHttp  # noqa: E402
 
 # Extra tags: name -> share of the table's rows (rows30: a fixed 30 rows).
 EXTRA_TAGS = {"pct4": 0.04, "pct1": 0.015, "rows30": 30}
+# Metadata `{"doc": name}` on rows of these shares, as the tags.
+EXTRA_DOCS = {"doc-pct4": 0.04, "doc-rows30": 30}
 # A user between exact_below and the exact/HNSW crossover (~4,200 rows at 100k), which the
 # seeded layout has none of: its rows are taken from the second-largest user.
 MID_USER, MID_USER_ROWS = "user-mid", 3000
 
 
 def classes(large_user: str) -> dict[str, dict[str, Any]]:
-    """Filter class -> the request's filter fields."""
+    """Filter class -> the request's filter fields (JSON: a moment as RFC 3339 text). The
+    seeded rows' creation times are spread evenly over the year before the run."""
+    now = datetime.now(UTC)
+
+    def ago(days: float) -> str:
+        return (now - timedelta(days=days)).isoformat()
+
     return {
         "none": {},
         "tag 18%": {"tags": ["travel"]},
@@ -72,7 +84,21 @@ def classes(large_user: str) -> dict[str, dict[str, Any]]:
         "category + tag 3%": {"categories": ["event"], "tags": ["travel"]},
         "large user + tag 18%": {"user_id": large_user, "tags": ["travel"]},
         f"user of {MID_USER_ROWS:,} rows": {"user_id": MID_USER},
+        "created in the last 30 days 8%": {"created_after": ago(30)},
+        "created on one day 0.3%": {"created_after": ago(101), "created_before": ago(100)},
+        "large user + created in 30 days": {"user_id": large_user, "created_after": ago(30)},
+        "metadata 4%": {"metadata": {"doc": "doc-pct4"}},
+        "metadata 30 rows": {"metadata": {"doc": "doc-rows30"}},
+        "large user + metadata 4%": {"user_id": large_user, "metadata": {"doc": "doc-pct4"}},
     }
+
+
+def search_filter(fields: dict[str, Any]) -> Any:
+    """The request's filter fields as the repository takes them."""
+    from app.search.repository import SearchFilter
+
+    return SearchFilter(**{k: datetime.fromisoformat(v) if k.startswith("created_") else v
+                           for k, v in fields.items()})
 
 
 async def add_tags(url: str, rows: int) -> dict[str, int]:
@@ -85,6 +111,12 @@ async def add_tags(url: str, rows: int) -> dict[str, int]:
             await conn.execute(
                 "UPDATE memories SET tags = tags || ARRAY[$1]::text[] WHERE id IN ("
                 " SELECT id FROM memories ORDER BY md5(id::text || $1) LIMIT $2)", tag, n)
+        for doc, share in EXTRA_DOCS.items():
+            n = int(share) if share >= 1 else int(rows * share)
+            await conn.execute(
+                "UPDATE memories SET metadata = metadata || jsonb_build_object('doc', $1::text)"
+                " WHERE id IN (SELECT id FROM memories ORDER BY md5(id::text || $1) LIMIT $2)",
+                doc, n)
         await conn.execute(
             "UPDATE memories SET user_id = $1 WHERE id IN (SELECT id FROM memories"
             " WHERE user_id = (SELECT user_id FROM memories GROUP BY user_id"
@@ -128,7 +160,6 @@ def p(values: list[float], q: float) -> str:
 
 async def run(args: argparse.Namespace, cleanup: ing.Cleanup, res: dict[str, Any]) -> None:
     from app.models import DEFAULT_TENANT_ID
-    from app.search.repository import SearchFilter
 
     url, _, tmp = await ing.start_database(cleanup, "search-filters", res["env"])
     sargs = sb.parse_args(["--rows", str(args.rows), "--seed", str(args.seed)])
@@ -155,11 +186,11 @@ async def run(args: argparse.Namespace, cleanup: ing.Cleanup, res: dict[str, Any
     n = args.queries
     try:
         for name, fields in classes(seeded["large_user"]).items():
-            filters = SearchFilter(**fields)
+            filters = search_filter(fields)
             text_t, texts = await sb.timed(n, lambda i, f=filters: repo.text_matches(
                 questions[i], f, limits))
 
-            def vector(mode: str | None, f: SearchFilter = filters,
+            def vector(mode: str | None, f: Any = filters,
                        texts: list[Any] = texts) -> Callable[[int], Any]:
                 async def call(i: int) -> Any:
                     text = texts[i] if mode is None else dataclasses.replace(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -82,6 +83,7 @@ class MemoryFilter:
     include_archived: bool = False
     created_after: datetime | None = None
     created_before: datetime | None = None
+    metadata: dict[str, Any] | None = None  # jsonb containment; None or {}: any
 
 
 DELETE_BATCH = 1000
@@ -165,6 +167,8 @@ def _matching(filters: MemoryFilter) -> list[Any]:
         preds.append(Memory.created_at > filters.created_after)
     if filters.created_before is not None:
         preds.append(Memory.created_at < filters.created_before)
+    if filters.metadata:
+        preds.append(Memory.metadata_.contains(filters.metadata))
     if not filters.include_archived:
         preds.append(Memory.archived_at.is_(None))
     return preds
@@ -248,6 +252,8 @@ class MemoryReader:
             where.append(f"m.created_at > {arg(filters.created_after)}")
         if filters.created_before is not None:
             where.append(f"m.created_at < {arg(filters.created_before)}")
+        if filters.metadata:
+            where.append(f"m.metadata @> {arg(json.dumps(filters.metadata))}::jsonb")
         if not filters.include_archived:
             where.append("m.archived_at IS NULL")
         if after is not None:

@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from app.consolidation.auto import AutoConsolidation
 from app.deps import CallerDep, SessionDep, problems, refuse_unknown_params
+from app.errors import ValidationFailed
 from app.idempotency.http import IdempotencyKey, keyed_create
 from app.memories.repository import MemoryFilter, MemoryReader, MemoryRepository
 from app.memories.schemas import (
@@ -24,12 +25,21 @@ from app.memories.schemas import (
     MemoryUpdate,
 )
 from app.memories.service import MemoryReads, MemoryService
-from app.validation import AwareDatetime, Category, ScopeId, Tag
+from app.validation import (
+    METADATA_PARAM_DESCRIPTION,
+    METADATA_PARAM_MAX_CHARS,
+    AwareDatetime,
+    Category,
+    ScopeId,
+    Tag,
+    metadata_match_param,
+)
 
 router = APIRouter(prefix="/v1/memories", tags=["memories"])
 
 FILTER_PARAMS = frozenset({"user_id", "agent_id", "session_id", "namespace", "tags",
-                           "categories", "fact_role", "created_after", "created_before"})
+                           "categories", "fact_role", "created_after", "created_before",
+                           "metadata"})
 LIST_PARAMS = FILTER_PARAMS | {"include_archived", "limit", "cursor"}
 
 
@@ -46,12 +56,18 @@ def memory_filter(
         description="Only memories created after this moment (RFC 3339 with a zone)")] = None,
     created_before: Annotated[AwareDatetime | None, Query(
         description="Only memories created before this moment")] = None,
+    metadata: Annotated[str | None, Query(max_length=METADATA_PARAM_MAX_CHARS,
+                                          description=METADATA_PARAM_DESCRIPTION)] = None,
 ) -> MemoryFilter:
     """The query string's filters, shared by the listing and the filtered delete."""
+    try:
+        match = metadata_match_param(metadata) if metadata is not None else None
+    except ValueError as exc:
+        raise ValidationFailed.on("query.metadata", str(exc)) from None
     return MemoryFilter(user_id=user_id, agent_id=agent_id, session_id=session_id,
                         namespace=namespace, tags=tags, categories=categories,
                         fact_role=fact_role, created_after=created_after,
-                        created_before=created_before)
+                        created_before=created_before, metadata=match or None)
 
 
 FilterDep = Annotated[MemoryFilter, Depends(memory_filter)]
@@ -166,9 +182,10 @@ async def delete_memory(memory_id: uuid.UUID, request: Request, session: Session
     description="Deletes every memory of the tenant that matches the query string's "
                 "filters, as the listing reads them, all at once: facts and summaries, "
                 "archived and expired ones included (a user's request to be forgotten "
-                "leaves nothing behind). A scope, `tags` or `categories` must be named; "
-                "without one the whole tenant would go, and the answer is 422. Sessions "
-                "are not memories: `deleteSessions` deletes a user's sessions.")
+                "leaves nothing behind). A scope, `tags`, `categories` or `metadata` "
+                "must be named; without one the whole tenant would go, and the answer is "
+                "422. Sessions are not memories: `deleteSessions` deletes a user's "
+                "sessions.")
 async def delete_memories(request: Request, session: SessionDep, caller: CallerDep,
                           filters: FilterDep) -> MemoryDeletion:
     refuse_unknown_params(request, FILTER_PARAMS)

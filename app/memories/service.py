@@ -26,8 +26,8 @@ from app.providers.embedder import Embedder
 
 log = logging.getLogger("engram.memories")
 
-DELETE_GUARD = ("name a scope (user_id, agent_id, session_id, namespace), tags or "
-                "categories: without one the delete would remove every memory of the tenant")
+DELETE_GUARD = ("name a scope (user_id, agent_id, session_id, namespace), tags, categories "
+                "or metadata: without one the delete would remove every memory of the tenant")
 
 
 def _row_for(item: MemoryCreate, embedding: list[float], now: datetime) -> dict[str, Any]:
@@ -101,7 +101,7 @@ class MemoryService:
         """Delete every memory of a scope or criterion, archived and expired ones too (a
         user's request to be forgotten leaves none behind); how many."""
         if not any(getattr(filters, column) is not None for column in SCOPE_COLUMNS) \
-                and not filters.tags and not filters.categories:
+                and not filters.tags and not filters.categories and not filters.metadata:
             raise ValidationFailed.on("query", DELETE_GUARD)
         deleted = await self.repository.delete_matching(replace(filters, include_archived=True))
         log.info("deleted %d memories of tenant %s matching %s", deleted,

@@ -68,6 +68,9 @@ class Memory(Base):
               text("(tenant_id::text || '/'::text) || category::text"), "tsv",
               postgresql_using="gin"),
         Index("ix_memories_tenant_category", "tenant_id", "category"),
+        # Metadata by containment, the only way it is filtered (migration 0019).
+        Index("ix_memories_metadata", "metadata", postgresql_using="gin",
+              postgresql_ops={"metadata": "jsonb_path_ops"}),
         # The id alone (migration 0006): the search's row lookups match only this index,
         # so their generic plan never walks a tenant-led index instead.
         Index("ix_memories_id", "id", unique=True),

@@ -1,6 +1,7 @@
 """Candidate retrieval: BM25 full-text matches and nearest neighbours, in two statements.
 
-Both share one filter (tenant, scope, tags, categories, not archived, not expired):
+Both share one filter (tenant, scope, tags, categories, creation window, metadata, not
+archived, not expired):
 
 - Text (`text_matches`): Okapi BM25. A scope under `exact_below` rows is scored with its
   own statistics, counted on it (every row of it holding a query term is read, no index
@@ -35,6 +36,7 @@ whatever the scope's size (see `_where`). They run on the search's own asyncpg p
 from __future__ import annotations
 
 import functools
+import json
 import re
 import uuid
 from collections.abc import Sequence
@@ -60,6 +62,9 @@ class SearchFilter:
     tags: Sequence[str] | None = None
     categories: Sequence[str] | None = None
     include_summaries: bool = True
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    metadata: dict[str, Any] | None = None  # jsonb containment; None or {}: any
 
     def scoped(self) -> bool:
         """Whether a scope column (user, agent, session, namespace) bounds the search."""
@@ -72,7 +77,13 @@ class SearchFilter:
 
     def narrows(self) -> bool:
         """Whether anything but the tenant bounds the search (summaries count as rows)."""
-        return self.scoped() or bool(self.tags or self.categories)
+        return self.scoped() or bool(self.tags or self.categories) or self.uncounted()
+
+    def uncounted(self) -> bool:
+        """Whether a filter that term_stats does not count narrows the search (the
+        creation window, metadata): its counts are then only an upper bound."""
+        return (self.created_after is not None or self.created_before is not None
+                or bool(self.metadata))
 
 
 @dataclass(frozen=True)
@@ -417,6 +428,22 @@ class SearchRepository:
         if filters.categories:
             preds.append(pred("m.category = ANY(CAST(:categories AS text[]))"))
             params["categories"] = list(filters.categories)
+        # Indexed where a narrow window or value would otherwise be found by reading the
+        # scope: the scope btrees end in created_at, and ix_memories_metadata serves `@>`
+        # (bench/search_filters.py).
+        if filters.created_after is not None or filters.created_before is not None:
+            # Both bounds, an open one infinite (asyncpg sends the naive datetime.min and
+            # .max as -infinity and infinity): a generic plan takes a one-sided bound for
+            # a third of the rows, and counted a recent window's rows by reading the heap
+            # from its oldest end (35 ms at 100k), where a range is taken for narrow and
+            # read from the created_at btrees.
+            preds.append(pred("m.created_at > :created_after"))
+            preds.append(pred("m.created_at < :created_before"))
+            params["created_after"] = filters.created_after or datetime.min
+            params["created_before"] = filters.created_before or datetime.max
+        if filters.metadata:
+            preds.append(pred("m.metadata @> CAST(:metadata AS jsonb)"))
+            params["metadata"] = json.dumps(filters.metadata)
         if not filters.include_summaries:
             preds.append("m.fact_role = 'fact'")
         return " AND ".join(preds)
@@ -476,7 +503,8 @@ class SearchRepository:
         only a user's rows, one tag's or the categories' (a row has one, so their counts
         add up) are the scope exactly; two tags' rows are their intersection, a user's
         with a tag an unknown part of both."""
-        if not filters.include_summaries or filters.scoped_beyond_user():
+        if (not filters.include_summaries or filters.scoped_beyond_user()
+                or filters.uncounted()):
             return "false"
         if filters.user_id is not None:
             if filters.tags or filters.categories:

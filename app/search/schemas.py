@@ -7,7 +7,16 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from app.memories.schemas import Memory
-from app.validation import INTEGER_ONLY, Category, JsonBool, ScopeId, Tag, storable_text
+from app.validation import (
+    INTEGER_ONLY,
+    AwareDatetime,
+    Category,
+    JsonBool,
+    MetadataMatch,
+    ScopeId,
+    Tag,
+    storable_text,
+)
 
 QueryText = Annotated[
     str,
@@ -32,6 +41,11 @@ class SearchRequest(BaseModel):
     categories: Annotated[list[Category], Field(max_length=64)] | None = Field(
         default=None, description="Any may match."
     )
+    created_after: AwareDatetime | None = Field(
+        default=None, description="Only memories created after this moment.")
+    created_before: AwareDatetime | None = Field(
+        default=None, description="Only memories created before this moment.")
+    metadata: MetadataMatch | None = None
     top_k: Annotated[int, Field(ge=1, le=100), INTEGER_ONLY] = 10
     include_summaries: JsonBool = True
     explain: JsonBool = Field(default=False, description="Add per-stage scores to each result.")

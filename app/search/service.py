@@ -45,6 +45,8 @@ class SearchService:
             session_id=request.session_id, namespace=request.namespace,
             tags=request.tags, categories=request.categories,
             include_summaries=request.include_summaries,
+            created_after=request.created_after, created_before=request.created_before,
+            metadata=request.metadata or None,
         )
         # The full-text statement runs while the query is embedded: it needs no vector.
         text_task = asyncio.ensure_future(

@@ -5,6 +5,7 @@ and a failure half-way deletes nothing."""
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -128,8 +129,27 @@ async def test_a_users_memories_older_than_a_moment_go_and_newer_ones_stay(
     assert not set(old) & set(await rows(resources, tenant))
 
 
+async def test_the_memories_of_a_document_go_by_their_metadata(
+    resources: Resources, client: httpx.AsyncClient, tenant: TenantKey,
+) -> None:
+    ids = await seed(client, [
+        {"content": "from d1", "user_id": "u", "metadata": {"doc": "d1", "page": 1}},
+        {"content": "also from d1", "user_id": "v", "metadata": {"doc": "d1"}},
+        {"content": "from d2", "user_id": "u", "metadata": {"doc": "d2"}},
+        {"content": "no metadata", "user_id": "u"},
+    ])
+
+    assert await forget(client, user_id="u", metadata=json.dumps({"doc": "d1"})) == 1
+    assert sorted(await rows(resources, tenant)) == sorted(ids[1:])
+    # Metadata alone names what goes: no scope is needed.
+    assert await forget(client, metadata=json.dumps({"doc": "d1"})) == 1
+    assert sorted(await rows(resources, tenant)) == sorted(ids[2:])
+    await assert_consistent(resources, tenant.tenant_id)
+
+
 @pytest.mark.parametrize("params", [{}, {"fact_role": "fact"},
-                                    {"created_before": "2030-01-01T00:00:00Z"}])
+                                    {"created_before": "2030-01-01T00:00:00Z"},
+                                    {"metadata": "{}"}])
 async def test_a_delete_naming_no_scope_is_refused_and_deletes_nothing(
     resources: Resources, client: httpx.AsyncClient, tenant: TenantKey,
     params: dict[str, str],

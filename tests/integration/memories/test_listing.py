@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -382,6 +383,51 @@ async def test_created_after_and_before_bound_the_listing_exclusively(
     plus_two = (BASE + timedelta(minutes=3)).astimezone(
         timezone(timedelta(hours=2))).isoformat()
     assert await list_ids(client, created_before=plus_two) == [ids[2], ids[1], ids[0]]
+
+
+async def test_metadata_filters_the_listing_by_containment(client: httpx.AsyncClient) -> None:
+    created = await create_batch(client, [{**item, "created_at": at(i)} for i, item in enumerate([
+        {"content": "a", "metadata": {"doc": "d1", "page": 3, "labels": ["x", "y"]}},
+        {"content": "b", "metadata": {"doc": "d1", "page": 4}},
+        {"content": "c", "metadata": {"doc": "d2", "nested": {"k": "v", "w": 1}}},
+        {"content": "d"},
+    ])])
+    ids = [m["id"] for m in created]
+
+    def filtered(value: Any, **params: Any) -> Any:
+        return list_ids(client, metadata=json.dumps(value), **params)
+
+    assert await filtered({"doc": "d1"}) == [ids[1], ids[0]]
+    assert await filtered({"doc": "d1", "page": 3}) == [ids[0]]
+    assert await filtered({"page": 3.0}) == [ids[0]]  # JSON numbers compare by value
+    assert await filtered({"labels": ["y"]}) == [ids[0]]  # an array holding the item
+    assert await filtered({"nested": {"k": "v"}}) == [ids[2]]
+    assert await filtered({"doc": "d3"}) == []
+    assert await filtered({"page": "3"}) == []  # a string is not the number
+    assert await filtered({}) == ids[::-1]  # an empty object filters nothing
+    # Combined with the other filters and with paging.
+    assert await filtered({"doc": "d1"}, created_before=at(1)) == [ids[0]]
+    pages = await read_all_pages(client, 1, metadata=json.dumps({"doc": "d1"}))
+    assert [m["id"] for page in pages for m in page] == [ids[1], ids[0]]
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("{bad", "JSON"),
+    ("[1, 2]", "must be a JSON object"),
+    ('"doc"', "must be a JSON object"),
+    ('{"doc": "\\u0000"}', "NUL"),
+    ('{"n": NaN}', "NaN is not a JSON number"),
+    ('{"doc": "' + "x" * 4096 + '"}', "at most 4096 characters"),
+])
+async def test_a_metadata_filter_that_is_not_a_storable_object_is_422(
+    client: httpx.AsyncClient, value: str, message: str,
+) -> None:
+    resp = await client.get("/v1/memories", params={"metadata": value})
+
+    assert resp.status_code == 422, resp.text
+    [error] = resp.json()["errors"]
+    assert error["field"] == "query.metadata"
+    assert message.lower() in error["message"].lower(), error
 
 
 @pytest.mark.parametrize("value", ["2025-06-01T12:00:00", "yesterday", "2025-13-01T00:00:00Z"])

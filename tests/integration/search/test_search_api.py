@@ -426,6 +426,60 @@ async def test_tags_must_all_match_and_categories_any(any_client: httpx.AsyncCli
         assert set(ids_of(answer)) == expected, case
 
 
+async def test_a_creation_window_and_metadata_bound_the_results_exactly(
+    any_client: httpx.AsyncClient,
+) -> None:
+    """On both vector paths and both text branches (a scope of 12 rows is large in the
+    `hnsw` variant): every row the query matches, lexically and by vector, so a filter
+    that leaked through either list would show."""
+    base = datetime(2025, 3, 1, tzinfo=UTC)
+    created = await seed(any_client, [
+        {"content": f"notes from the quarterly planning meeting, part {i}",
+         "user_id": "u1" if i % 3 else "u2", "tags": ["board"] if i % 2 else [],
+         "created_at": (base + timedelta(days=i)).isoformat(),
+         "metadata": {"doc": f"d{i % 4}", "page": i, "meta": {"lang": "en" if i < 8 else "fr"}}}
+        for i in range(12)
+    ])
+
+    def day(i: float) -> str:
+        return (base + timedelta(days=i)).isoformat()
+
+    cases: list[dict[str, Any]] = [
+        {"created_after": day(3)},
+        {"created_before": day(3)},
+        {"created_after": day(2), "created_before": day(7)},
+        {"created_after": day(2.5), "created_before": day(2.6)},  # nothing in between
+        {"metadata": {"doc": "d1"}},
+        {"metadata": {"meta": {"lang": "fr"}}},
+        {"metadata": {"doc": "d1", "page": 5}},
+        {"metadata": {"doc": "d9"}},
+        {"metadata": {}},
+        {"metadata": {"doc": "d2"}, "created_after": day(5), "user_id": "u1"},
+        {"metadata": {"meta": {"lang": "en"}}, "tags": ["board"], "created_before": day(6)},
+    ]
+
+    def matches(memory: dict[str, Any], case: dict[str, Any]) -> bool:
+        at = datetime.fromisoformat(memory["created_at"])
+        wanted = case.get("metadata", {})
+        return (("created_after" not in case or at > datetime.fromisoformat(case["created_after"]))
+                and ("created_before" not in case
+                     or at < datetime.fromisoformat(case["created_before"]))
+                and all(memory["metadata"].get(k) == v for k, v in wanted.items())
+                and ("user_id" not in case or memory["user_id"] == case["user_id"])
+                and set(case.get("tags", [])) <= set(memory["tags"]))
+
+    for case in cases:
+        answer = await search(any_client, "quarterly planning meeting notes", top_k=100,
+                              explain=True, **case)
+        expected = {m["id"] for m in created if matches(m, case)}
+        assert set(ids_of(answer)) == expected, case
+        if expected:
+            # Both lists were filtered, not only one: each result came through both.
+            for result in answer["results"]:
+                assert result["explanation"]["fusion"]["text_rank"] is not None, case
+                assert result["explanation"]["fusion"]["vector_rank"] is not None, case
+
+
 async def test_another_tenants_memory_never_returns_even_as_the_best_match(
     resources: Resources, hnsw_resources: Resources, client: httpx.AsyncClient,
     tenant: TenantKey,
@@ -700,6 +754,10 @@ async def test_bm25_uses_the_configured_k1_and_b(
     ({"query": "ok", "top_k": 5.5}, "top_k"),
     ({"query": "ok", "include_summaries": "false"}, "include_summaries"),
     ({"query": "ok", "explain": 1}, "explain"),
+    ({"query": "ok", "created_after": "2025-06-01T12:00:00"}, "created_after"),
+    ({"query": "ok", "created_before": 1748779200}, "created_before"),
+    ({"query": "ok", "metadata": ["doc"]}, "metadata"),
+    ({"query": "ok", "metadata": {"doc": "bad \x00 byte"}}, "metadata"),
 ])
 async def test_bad_input_is_a_422_problem_naming_the_field(
     client: httpx.AsyncClient, body: dict[str, Any], field: str,

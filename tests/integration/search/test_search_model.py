@@ -395,3 +395,45 @@ async def test_a_recap_of_a_named_day_gets_the_summary_of_that_day_written_later
     other = next(r for r in answer["results"]
                  if r["memory"]["id"] in summary_of and r is not top)
     assert other["explanation"]["date_match"]["matched"] is False
+
+
+# --- filters the listing also has: metadata and the creation window ---------------------------
+
+
+async def test_metadata_and_a_creation_window_pick_the_answer_among_paraphrases(
+    model_resources: Resources,
+) -> None:
+    """The same fact told three times, from three documents on three days: the paraphrase
+    finds all of them, and each filter leaves exactly its own."""
+    tenant = await create_tenant_key(model_resources)
+    tellings = [
+        ("Dana moved the team offsite to the lake house", "minutes-1", 1),
+        ("The offsite will now be held at the lake house, Dana said", "email-7", 8),
+        ("Dana relocated our offsite to the house by the lake", "minutes-2", 15),
+    ]
+    async with make_client(model_resources, tenant.headers) as client:
+        created = []
+        for content, doc, day in tellings:
+            resp = await client.post("/v1/memories", json={
+                "content": content, "metadata": {"doc": doc, "kind": doc.split("-")[0]},
+                "created_at": datetime(2026, 3, day, tzinfo=UTC).isoformat()})
+            assert resp.status_code == 201, resp.text
+            created.append(resp.json()["id"])
+        question = "Where is the team offsite taking place?"
+
+        every = await search(client, question)
+        assert {r["memory"]["id"] for r in every["results"]} == set(created)
+
+        minutes = await search(client, question, metadata={"kind": "minutes"})
+        assert {r["memory"]["id"] for r in minutes["results"]} == {created[0], created[2]}
+
+        later = await search(client, question, created_after="2026-03-05T00:00:00Z")
+        assert {r["memory"]["id"] for r in later["results"]} == {created[1], created[2]}
+
+        both = await search(client, question, metadata={"kind": "minutes"},
+                            created_before="2026-03-10T00:00:00+02:00")
+        assert [r["memory"]["id"] for r in both["results"]] == [created[0]]
+
+        none = await search(client, question, metadata={"doc": "email-7"},
+                            created_before="2026-03-05T00:00:00Z")
+        assert none["results"] == []

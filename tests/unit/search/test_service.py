@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -52,10 +53,12 @@ class Repository:
         self.text_cancelled = False
         self.text_error = text_error
         self.candidates_calls: list[tuple[TextMatches, list[float]]] = []
+        self.filters: list[SearchFilter] = []
         self.matches = TextMatches(small=True, ids=(uuid.UUID(int=2),), scores=(2.0,))
 
     async def text_matches(self, query_text: str, filters: SearchFilter,
                            limits: RetrievalLimits) -> TextMatches:
+        self.filters.append(filters)
         self.text_started.set()
         try:
             await self.text_gate.wait()
@@ -70,6 +73,7 @@ class Repository:
                          filters: SearchFilter, limits: RetrievalLimits,
                          top_k: int = 0) -> list[RetrievedRow]:
         self.candidates_calls.append((text, list(query_vector)))
+        self.filters.append(filters)
         return [row(1, vector_rank=1, text_rank=None), row(2, vector_rank=2, text_rank=1)]
 
 
@@ -138,3 +142,45 @@ async def test_a_failed_text_statement_fails_the_search_after_the_embedding() ->
             SearchRequest(query="what does Alice like"))
 
     assert repository.candidates_calls == []
+
+
+async def test_every_filter_of_the_request_reaches_both_statements() -> None:
+    repository = Repository()
+    after, before = NOW - timedelta(days=7), NOW
+    request = SearchRequest.model_validate({
+        "query": "offsite", "user_id": "u", "agent_id": "a", "session_id": "s",
+        "namespace": "n", "tags": ["t"], "categories": ["c"], "include_summaries": False,
+        "created_after": after.isoformat(), "created_before": before.isoformat(),
+        "metadata": {"doc": "d1", "page": {"n": 2}}})
+
+    await service(repository, Embedder(repository)).search(request)
+
+    expected = SearchFilter(user_id="u", agent_id="a", session_id="s", namespace="n",
+                            tags=["t"], categories=["c"], include_summaries=False,
+                            created_after=after, created_before=before,
+                            metadata={"doc": "d1", "page": {"n": 2}})
+    assert repository.filters == [expected, expected]
+    assert expected.narrows()
+    assert expected.uncounted()
+
+
+@pytest.mark.parametrize(("fields", "uncounted"), [
+    ({}, False),
+    ({"metadata": {}}, False),  # an empty object filters nothing
+    ({"metadata": {"doc": "d1"}}, True),
+    ({"created_after": "2026-01-01T00:00:00Z"}, True),
+    ({"created_before": "2026-01-01T00:00:00Z"}, True),
+])
+async def test_a_filter_term_stats_does_not_count_makes_the_scope_counted(
+    fields: dict[str, Any], uncounted: bool,
+) -> None:
+    """term_stats counts a tenant's, a user's, a tag's and a category's rows, not a window's
+    or a metadata value's: with one, the scope's size is counted on its rows."""
+    repository = Repository()
+
+    await service(repository, Embedder(repository)).search(
+        SearchRequest.model_validate({"query": "offsite", **fields}))
+
+    [filters, _] = repository.filters
+    assert filters.metadata is None or filters.metadata
+    assert (filters.uncounted(), filters.narrows()) == (uncounted, uncounted)
