@@ -56,8 +56,11 @@ def memory_filter(
         description="Only memories created after this moment (RFC 3339 with a zone)")] = None,
     created_before: Annotated[AwareDatetime | None, Query(
         description="Only memories created before this moment")] = None,
-    metadata: Annotated[str | None, Query(max_length=METADATA_PARAM_MAX_CHARS,
-                                          description=METADATA_PARAM_DESCRIPTION)] = None,
+    metadata: Annotated[str | None, Query(
+        max_length=METADATA_PARAM_MAX_CHARS, description=METADATA_PARAM_DESCRIPTION,
+        # What pydantic's Json type would declare: JSON text holding an object.
+        json_schema_extra={"contentMediaType": "application/json",
+                           "contentSchema": {"type": "object"}})] = None,
 ) -> MemoryFilter:
     """The query string's filters, shared by the listing and the filtered delete."""
     try:

@@ -438,3 +438,16 @@ async def test_a_created_bound_without_a_zone_or_not_a_moment_is_422(
 
     assert resp.status_code == 422, resp.text
     assert [e["field"] for e in resp.json()["errors"]] == ["query.created_after"]
+
+
+async def test_the_metadata_parameter_is_declared_as_json_text_holding_an_object(
+    client: httpx.AsyncClient,
+) -> None:
+    document = (await client.get("/openapi.json")).json()
+    for method in ("get", "delete"):
+        [param] = [p for p in document["paths"]["/v1/memories"][method]["parameters"]
+                   if p["name"] == "metadata"]
+        schema = param["schema"]
+        assert (schema["contentMediaType"], schema["contentSchema"]) == (
+            "application/json", {"type": "object"})
+        assert {"type": "string", "maxLength": 4096} in schema["anyOf"]
