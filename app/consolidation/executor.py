@@ -26,6 +26,7 @@ from app.consolidation.txn import RunTransactions
 from app.consolidation.types import Entry, Group, OpResult
 from app.ids import uuid7
 from app.resources import Resources
+from app.validation import RESERVED_METADATA_KEYS
 
 log = logging.getLogger("engram.consolidation")
 
@@ -50,6 +51,18 @@ def common_tags(entries: Sequence[Entry]) -> list[str]:
         return []
     shared = set(entries[0].tags).intersection(*(e.tags for e in entries[1:]))
     return [t for t in entries[0].tags if t in shared]
+
+
+def common_metadata(entries: Sequence[Entry]) -> dict[str, Any]:
+    """The metadata every folded entry holds, key and value alike (the run's own metadata
+    filter among them), so a search filtered by it finds the summary of what it folded.
+    Not the keys reserved for consolidation output."""
+    if not entries:
+        return {}
+    first, rest = entries[0].metadata, entries[1:]
+    return {key: value for key, value in first.items()
+            if key not in RESERVED_METADATA_KEYS
+            and all(key in e.metadata and e.metadata[key] == value for e in rest)}
 
 
 class GroupExecutor:
@@ -149,7 +162,7 @@ class GroupExecutor:
             "session_id": request.session_id, "namespace": request.namespace,
             "category": group.category, "tags": common_tags(folded),
             "importance": self.resources.settings.consolidation_summary_importance,
-            "metadata": {}, "source": "summary", "fact_role": "summary",
+            "metadata": common_metadata(folded), "source": "summary", "fact_role": "summary",
             "summary_of": list(result.represented_ids), "consolidation_id": self.run_id,
             "embedding": vector,
         }

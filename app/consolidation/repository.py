@@ -97,6 +97,8 @@ class ConsolidationRepository:
             preds.append(Memory.tags.contains(list(request.tags)))
         if request.categories:
             preds.append(Memory.category.in_(list(request.categories)))
+        if request.metadata:
+            preds.append(Memory.metadata_.contains(request.metadata))
         if request.older_than_seconds is not None:
             preds.append(
                 Memory.created_at < func.now() - timedelta(seconds=request.older_than_seconds)
@@ -126,7 +128,7 @@ class ConsolidationRepository:
         """The oldest `limit` matches, in a deterministic order, and how many more match."""
         columns: list[Any] = [Memory.id, Memory.content, Memory.category, Memory.importance,
                               Memory.created_at, Memory.updated_at, Memory.tags,
-                              Memory.fact_role]
+                              Memory.fact_role, Memory.metadata_]
         if with_embeddings:
             columns.append(Memory.embedding)
         preds = self.candidate_predicates(request)
@@ -140,7 +142,7 @@ class ConsolidationRepository:
             entries.append(Entry(id=row.id, content=row.content, category=row.category,
                                  importance=row.importance, created_at=row.created_at,
                                  embedding=embedding, tags=tuple(row.tags),
-                                 fact_role=row.fact_role))
+                                 fact_role=row.fact_role, metadata=row.metadata_))
             snapshots[row.id] = Snapshot(row.updated_at, content_digest(row.content))
         remainder = 0
         if len(rows) == limit:

@@ -11,7 +11,15 @@ from typing_extensions import TypeAliasType
 
 from app.consolidation.config import GroupThreshold, OpConfig, SelectorConfig
 from app.consolidation.registry import ConsolidationStrategy
-from app.validation import INTEGER_ONLY, CategoryList, Importance, JsonBool, ScopeId, TagList
+from app.validation import (
+    INTEGER_ONLY,
+    CategoryList,
+    Importance,
+    JsonBool,
+    MetadataMatch,
+    ScopeId,
+    TagList,
+)
 
 # Named, so the OpenAPI document has one schema for it and generated clients one enum.
 ConsolidationMode = TypeAliasType("ConsolidationMode", Literal["archive", "synthesize_only"])
@@ -35,6 +43,7 @@ class ConsolidationRequest(BaseModel):
     namespace: ScopeId | None = None
     tags: TagList | None = Field(default=None, description="All must match.")
     categories: CategoryList | None = None
+    metadata: MetadataMatch | None = None
     older_than_seconds: Annotated[int, Field(ge=1, le=OLDER_THAN_MAX), INTEGER_ONLY] | None = Field(
         default=None,
         description="Only memories created at least this long ago.",
@@ -74,7 +83,8 @@ class ConsolidationRequest(BaseModel):
 
     def has_criteria(self) -> bool:
         return bool(
-            self.tags or self.categories or self.older_than_seconds is not None
+            self.tags or self.categories or self.metadata
+            or self.older_than_seconds is not None
             or (self.max_importance is not None and self.max_importance < 1.0)
         )
 

@@ -1,8 +1,10 @@
 """The values the consolidation engine passes around: entries in, groups, op results."""
 
 import uuid
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from app.providers.llm import LLMClient
 
@@ -22,6 +24,7 @@ class Entry:
     embedding: tuple[float, ...] | None = None
     tags: tuple[str, ...] = ()
     fact_role: str = "fact"
+    metadata: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

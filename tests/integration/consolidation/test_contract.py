@@ -40,7 +40,7 @@ async def test_consolidation_operations_have_ids_named_schemas_and_problem_error
     assert body["content"]["application/json"]["schema"]["$ref"].endswith(
         "/ConsolidationRequest")
     request = schemas["ConsolidationRequest"]
-    assert {"user_id", "agent_id", "session_id", "namespace", "tags", "categories",
+    assert {"user_id", "agent_id", "session_id", "namespace", "tags", "categories", "metadata",
             "older_than_seconds", "max_importance", "strategy", "selector", "op", "mode",
             "group_threshold", "include_summaries", "dry_run", "async"} == set(
         request["properties"])

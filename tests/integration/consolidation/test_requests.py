@@ -48,6 +48,7 @@ async def test_a_request_with_no_scope_and_no_criteria_is_refused(
          "selector.similarity_cluster.max_distance"),
         ({"older_than_seconds": 0}, "older_than_seconds"),
         ({"max_importance": 2}, "max_importance"),
+        ({"metadata": ["doc"]}, "metadata"),
         ({"async": "later"}, "async"),
         # JSON types, not what lax parsing could make of them.
         ({"async": 1}, "async"),
@@ -118,6 +119,45 @@ async def test_every_criterion_is_a_predicate_of_the_candidate_query(
     assert result["candidates"] == 3
     (group,) = result["groups"]
     assert {group["kept_id"], *group["removed_ids"]} == set(ids[:3])
+
+
+async def test_metadata_chooses_a_documents_memories_and_their_summary_keeps_it(
+    client: httpx.AsyncClient,
+) -> None:
+    """A run over one document's memories: its summary holds the metadata every source
+    shares (the filter's key among them, not a key they disagree on), so a search or a
+    listing filtered by that document finds the summary of what was archived."""
+    shared = {"doc": "d1", "project": {"name": "apollo"}}
+    ids = await seed(client, [
+        memory(f"apollo design decision {i}", i, metadata={**shared, "page": i})
+        for i in range(3)
+    ] + [memory("apollo decision from another document", 5, metadata={"doc": "d2"}),
+         memory("apollo decision with no document", 6)])
+
+    result = await consolidate(client, metadata={"doc": "d1"}, mode="archive")
+
+    (group,) = result["groups"]
+    assert {group["kept_id"], *group["removed_ids"]} == set(ids[:3])
+    assert result["request"]["metadata"] == {"doc": "d1"}
+    summary = await get_memory(client, group["summary_id"])
+    assert summary["metadata"] == shared
+    listed = (await client.get("/v1/memories", params={
+        "metadata": '{"doc": "d1"}', "fact_role": "summary"})).json()["items"]
+    assert [m["id"] for m in listed] == [group["summary_id"]]
+    found = await client.post("/v1/search", json={
+        "query": "apollo design decision", "metadata": {"doc": "d1"}, "top_k": 100})
+    assert found.status_code == 200, found.text
+    assert group["summary_id"] in [r["memory"]["id"] for r in found.json()["results"]]
+    # The other documents' memories were not candidates.
+    for memory_id in ids[3:]:
+        assert (await get_memory(client, memory_id))["archived_at"] is None
+
+
+async def test_an_empty_metadata_filter_is_no_criterion(client: httpx.AsyncClient) -> None:
+    resp = await client.post("/v1/consolidations", json={"metadata": {}})
+
+    assert fields(resp) == ["body"]
+    assert "metadata" in resp.json()["detail"]
 
 
 async def test_a_dry_run_reports_the_plan_and_changes_nothing(

@@ -70,3 +70,34 @@ async def test_near_duplicates_are_grouped_within_the_distance_and_the_category(
         assert (await get_memory(client, ids[untouched]))["archived_at"] is None
     summary = await get_memory(client, group["summary_id"])
     assert summary["summary_of"] == group["removed_ids"]
+
+
+async def test_near_duplicates_of_one_document_fold_into_a_summary_found_by_its_metadata(
+    client: httpx.AsyncClient,
+) -> None:
+    """The same near-duplicates, half of them from another document: a run over one
+    document's memories groups only its own, and the real model's search, filtered by that
+    document, then finds the summary in their place."""
+    docs = {"kept": "d1", "really": "d1", "loves": "d2", "bowl": "d1", "olives": "d1",
+            "elsewhere": "d1"}
+    ids = dict(zip(FACTS, await seed(client, [
+        {**item, "metadata": {"doc": docs[key]}} for key, item in FACTS.items()]),
+        strict=True))
+    name = {v: k for k, v in ids.items()}
+
+    folded = await consolidate(client, metadata={"doc": "d1"}, group_threshold=2,
+                               selector=selector(0.15))
+
+    assert folded["status"] == "succeeded", folded["error"]
+    (group,) = folded["groups"]
+    assert (name[group["kept_id"]], [name[i] for i in group["removed_ids"]]) == (
+        "kept", ["really", "bowl"])
+    summary = await get_memory(client, group["summary_id"])
+    assert summary["metadata"] == {"doc": "d1"}
+    resp = await client.post("/v1/search", json={
+        "query": "Does Alice like ramen?", "metadata": {"doc": "d1"}, "top_k": 10})
+    assert resp.status_code == 200, resp.text
+    found = [r["memory"]["id"] for r in resp.json()["results"]]
+    assert group["summary_id"] in found
+    assert ids["loves"] not in found  # another document's
+    assert not {ids["really"], ids["bowl"]} & set(found)  # archived
