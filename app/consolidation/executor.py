@@ -62,7 +62,21 @@ def common_metadata(entries: Sequence[Entry]) -> dict[str, Any]:
     first, rest = entries[0].metadata, entries[1:]
     return {key: value for key, value in first.items()
             if key not in RESERVED_METADATA_KEYS
-            and all(key in e.metadata and e.metadata[key] == value for e in rest)}
+            and all(key in e.metadata and same_json(e.metadata[key], value) for e in rest)}
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """JSON equality, as jsonb's: Python's == takes true for 1 (and 1 for 1.0, which jsonb
+    also does)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_json(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(map(same_json, a, b))
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b
+    return type(a) is type(b) and bool(a == b)
 
 
 class GroupExecutor:

@@ -31,6 +31,10 @@ def entry(n: int, *, tags: tuple[str, ...] = (), **metadata: Any) -> Entry:
      {"doc": "d1"}),
     ([entry(1, doc="d1"), entry(2), entry(3, doc="d1")], {}),
     ([entry(1, doc=None), entry(2, doc=None)], {"doc": None}),
+    # JSON's equality, not Python's: true is not 1, 1 is 1.0, a list's order counts.
+    ([entry(1, flag=True, num=1, xs=[1, 2]), entry(2, flag=1, num=1.0, xs=[2, 1])], {"num": 1}),
+    ([entry(1, v={"a": [True]}), entry(2, v={"a": [1]})], {}),
+    ([entry(1, v={"a": [True, "x"]}), entry(2, v={"a": [True, "x"]})], {"v": {"a": [True, "x"]}}),
     # Keys reserved for consolidation output are never inherited from folded summaries.
     ([entry(1, doc="d1", summary_of=["x"]), entry(2, doc="d1", summary_of=["x"])],
      {"doc": "d1"}),
