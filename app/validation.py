@@ -152,16 +152,12 @@ def metadata_match_param(raw: str) -> dict[str, Any]:
     """The filter as a query string carries it: JSON text, parsed here (FastAPI takes no
     object type in a query string)."""
     try:
-        value = json.loads(raw, parse_constant=_no_constant)
+        value = json.loads(raw)
     except ValueError as exc:
         raise ValueError(f"is not valid JSON: {exc}") from None
     if not isinstance(value, dict):
         raise ValueError("must be a JSON object")
     return bounded_json(value)
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
 
 
 # Numbers and flags of request bodies, as JSON types: `true` is not 1, "5" is not 5, and
