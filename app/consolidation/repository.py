@@ -103,6 +103,10 @@ class ConsolidationRepository:
             preds.append(
                 Memory.created_at < func.now() - timedelta(seconds=request.older_than_seconds)
             )
+        if request.created_after is not None:
+            preds.append(Memory.created_at > request.created_after)
+        if request.created_before is not None:
+            preds.append(Memory.created_at < request.created_before)
         if request.max_importance is not None:
             preds.append(Memory.importance <= request.max_importance)
         if not request.include_summaries:

@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from typing_extensions import TypeAliasType
 
 from app.consolidation.config import GroupThreshold, OpConfig, SelectorConfig
@@ -48,6 +48,10 @@ class ConsolidationRequest(BaseModel):
         default=None,
         description="Only memories created at least this long ago.",
     )
+    created_after: AwareDatetime | None = Field(
+        default=None, description="Only memories created after this moment.")
+    created_before: AwareDatetime | None = Field(
+        default=None, description="Only memories created before this moment.")
     max_importance: Importance | None = Field(
         default=None, description="Only memories with importance at most this."
     )
@@ -85,6 +89,7 @@ class ConsolidationRequest(BaseModel):
         return bool(
             self.tags or self.categories or self.metadata
             or self.older_than_seconds is not None
+            or self.created_after is not None or self.created_before is not None
             or (self.max_importance is not None and self.max_importance < 1.0)
         )
 

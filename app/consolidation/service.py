@@ -30,8 +30,8 @@ from app.resources import Resources
 from app.worker.queue import enqueue
 
 GUARD = ("name a scope (user_id, agent_id, session_id, namespace) or a criterion (tags, "
-         "categories, metadata, older_than_seconds, max_importance below 1): without one "
-         "the run would fold the whole tenant")
+         "categories, metadata, older_than_seconds, created_after, created_before, "
+         "max_importance below 1): without one the run would fold the whole tenant")
 
 
 def compose(request: ConsolidationRequest, resources: Resources) -> Composition:

@@ -41,8 +41,9 @@ async def test_consolidation_operations_have_ids_named_schemas_and_problem_error
         "/ConsolidationRequest")
     request = schemas["ConsolidationRequest"]
     assert {"user_id", "agent_id", "session_id", "namespace", "tags", "categories", "metadata",
-            "older_than_seconds", "max_importance", "strategy", "selector", "op", "mode",
-            "group_threshold", "include_summaries", "dry_run", "async"} == set(
+            "older_than_seconds", "created_after", "created_before", "max_importance",
+            "strategy", "selector", "op", "mode", "group_threshold", "include_summaries",
+            "dry_run", "async"} == set(
         request["properties"])
     assert request["additionalProperties"] is False
     result = schemas["ConsolidationResult"]

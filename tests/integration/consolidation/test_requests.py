@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -11,7 +12,13 @@ import pytest
 
 from app.resources import Resources
 from tests.conftest import TenantKey, make_client, sample
-from tests.integration.consolidation.conftest import consolidate, get_memory, memory, seed
+from tests.integration.consolidation.conftest import (
+    BASE_TIME,
+    consolidate,
+    get_memory,
+    memory,
+    seed,
+)
 
 
 def fields(resp: httpx.Response) -> list[str]:
@@ -49,6 +56,9 @@ async def test_a_request_with_no_scope_and_no_criteria_is_refused(
         ({"older_than_seconds": 0}, "older_than_seconds"),
         ({"max_importance": 2}, "max_importance"),
         ({"metadata": ["doc"]}, "metadata"),
+        # A moment without a zone is ambiguous.
+        ({"created_after": "2026-01-01T00:00:00"}, "created_after"),
+        ({"created_before": "yesterday"}, "created_before"),
         ({"async": "later"}, "async"),
         # JSON types, not what lax parsing could make of them.
         ({"async": 1}, "async"),
@@ -151,6 +161,33 @@ async def test_metadata_chooses_a_documents_memories_and_their_summary_keeps_it(
     # The other documents' memories were not candidates.
     for memory_id in ids[3:]:
         assert (await get_memory(client, memory_id))["archived_at"] is None
+
+
+async def test_a_creation_window_chooses_the_memories_made_inside_it(
+    client: httpx.AsyncClient,
+) -> None:
+    """The window alone names a run (no scope: it is a criterion), and its bounds are
+    exclusive, as the listing's and the search's: a memory made at a bound is outside."""
+    ids = await seed(client, [memory(f"standup note {i}", i, user_id=f"u{i}")
+                              for i in range(10, 16)])
+    after = (BASE_TIME + timedelta(minutes=10)).isoformat()
+    before = (BASE_TIME + timedelta(minutes=15)).isoformat()
+
+    result = await consolidate(client, created_after=after, created_before=before,
+                               mode="archive")
+
+    (group,) = result["groups"]
+    assert {group["kept_id"], *group["removed_ids"]} == set(ids[1:5])
+    assert result["request"]["created_after"] == after.replace("+00:00", "Z")
+    for memory_id in (ids[0], ids[5]):
+        assert (await get_memory(client, memory_id))["archived_at"] is None
+    # One bound is enough; a window with nothing in it folds nothing.
+    planned = await consolidate(
+        client, created_before=(BASE_TIME + timedelta(minutes=11)).isoformat(), dry_run=True)
+    assert planned["candidates"] == 1
+    assert planned["groups"] == []
+    empty = await consolidate(client, created_after=before, created_before=after)
+    assert (empty["candidates"], empty["groups"]) == (0, [])
 
 
 async def test_an_empty_metadata_filter_is_no_criterion(client: httpx.AsyncClient) -> None:
