@@ -45,6 +45,9 @@ def server_settings(settings: Settings) -> dict[str, str]:
         "hnsw.iterative_scan": "relaxed_order",
         "hnsw.ef_search": str(settings.hnsw_ef_search),
         "hnsw.max_scan_tuples": str(settings.hnsw_max_scan_tuples),
+        # Read by the memories_history trigger (migration 0020): a connection without it
+        # keeps every state.
+        "engram.history_max_versions": str(settings.history_max_versions),
     }
 
 

@@ -1,5 +1,6 @@
 """Periodic housekeeping inside the service process: forgetting old idempotency keys,
-deleting expired memories, and deleting sessions idle past their retention."""
+deleting expired memories, and deleting sessions idle past their retention and memories'
+earlier states past theirs."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 from app.idempotency.repository import purge_older_than
-from app.memories.repository import purge_expired
+from app.memories.repository import purge_expired, purge_versions_replaced_before
 from app.resources import Resources
 from app.service.metrics import MAINTENANCE_DELETED, MAINTENANCE_FAILURES
 from app.sessions.config import retention
@@ -55,6 +56,17 @@ def start_maintenance(resources: Resources) -> None:
                                   what="expired_memories", name="expired memory purge",
                                   done="deleted %d expired memories")),
     ]
+    if settings.history_retention_days > 0:
+        kept = timedelta(days=settings.history_retention_days)
+
+        async def delete_old_versions() -> int:
+            return await purge_versions_replaced_before(resources.engine,
+                                                        datetime.now(UTC) - kept)
+
+        resources.background.append(asyncio.create_task(every(
+            INTERVAL_SECONDS, delete_old_versions, what="memory_versions",
+            name="memory history purge",
+            done=f"deleted %d earlier states of memories replaced more than {kept} ago")))
     idle = retention(settings)
     if idle is not None:
         async def delete_idle_sessions() -> int:

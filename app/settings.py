@@ -73,6 +73,13 @@ class Settings(BaseSettings):
     # How often memories past their expires_at are deleted (app/maintenance.py). Nothing
     # reads them once expired; until deleted they still cost the search's index scans.
     expired_purge_seconds: float = Field(default=300.0, gt=0, le=86400)
+    # A memory's history (GET /v1/memories/{id}/history): the most earlier states one
+    # memory keeps, the oldest dropped as a change adds one (0 keeps none), so a memory
+    # rewritten in a loop does not grow it without bound; and how many days a replaced
+    # state is kept at all (0: as long as its memory), for a policy that old statements
+    # must go. Applied by the service's connections and its maintenance round.
+    history_max_versions: int = Field(default=100, ge=0, le=1_000_000)
+    history_retention_days: float = Field(default=0, ge=0, le=36500)
 
     # Search: candidate depth of each list, the fusion and scoring weights, the summary
     # down-weight. Chosen from the sweep in bench/retrieval_eval.py (see the README).

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import (
+    CursorResult,
     Result,
     Table,
     and_,
@@ -19,13 +20,14 @@ from sqlalchemy import (
     insert,
     or_,
     select,
+    tuple_,
     update,
 )
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from app.db import Fetcher, delete_in_batches, delete_in_statements, jsonb
-from app.models import SCOPE_COLUMNS, Memory
+from app.models import SCOPE_COLUMNS, Memory, MemoryVersion
 from app.models.vector import vector_text
 
 _TABLE = cast(Table, Memory.__table__)
@@ -143,6 +145,20 @@ class MemoryRepository:
             .returning(Memory.id)
         )
         return (await self.session.execute(stmt)).first() is not None
+
+    async def delete_versions(self, memory_id: uuid.UUID) -> int | None:
+        """Erase the memory's earlier states; how many, or None when the memory is absent
+        or expired. The memory's row is locked first, as a change locks it, so a change
+        under way is either erased with the rest or comes after."""
+        found = await self.session.execute(
+            select(Memory.id)
+            .where(Memory.tenant_id == self.tenant_id, Memory.id == memory_id, live())
+            .with_for_update(key_share=True))
+        if found.first() is None:
+            return None
+        erased = await self.session.execute(delete(MemoryVersion).where(
+            MemoryVersion.tenant_id == self.tenant_id, MemoryVersion.memory_id == memory_id))
+        return int(cast(CursorResult[Any], erased).rowcount or 0)
 
     async def delete_matching(self, filters: MemoryFilter, batch: int = DELETE_BATCH) -> int:
         """Delete every memory matching `filters`, expired ones too; how many. In
@@ -271,6 +287,23 @@ async def purge_tenant(engine: AsyncEngine, tenant_id: uuid.UUID, batch: int = 1
     chosen = select(Memory.id).where(Memory.tenant_id == tenant_id).limit(batch)
     return await delete_in_batches(engine, delete(Memory).where(
         Memory.tenant_id == tenant_id, Memory.id.in_(chosen.scalar_subquery())), batch)
+
+
+async def purge_versions_replaced_before(engine: AsyncEngine, cutoff: datetime,
+                                         batch: int = 1000) -> int:
+    """Delete the earlier states of memories, across tenants, that were replaced before
+    `cutoff` (a maintenance job); how many. `batch` rows a transaction, oldest first,
+    through ix_memory_versions_replaced_at; rows a change has locked are left for the
+    next round."""
+    key = tuple_(MemoryVersion.tenant_id, MemoryVersion.memory_id, MemoryVersion.version)
+    old = (
+        select(MemoryVersion.tenant_id, MemoryVersion.memory_id, MemoryVersion.version)
+        .where(MemoryVersion.replaced_at < cutoff)
+        .order_by(MemoryVersion.replaced_at)
+        .limit(batch)
+        .with_for_update(skip_locked=True)
+    )
+    return await delete_in_batches(engine, delete(MemoryVersion).where(key.in_(old)), batch)
 
 
 async def purge_expired(engine: AsyncEngine, batch: int = 1000) -> int:

@@ -21,6 +21,7 @@ from app.memories.schemas import (
     MemoryCreate,
     MemoryDeletion,
     MemoryHistory,
+    MemoryHistoryDeletion,
     MemoryPage,
     MemoryUpdate,
 )
@@ -138,8 +139,10 @@ async def get_memory(memory_id: uuid.UUID, request: Request, caller: CallerDep) 
             responses=problems(404),
             description="Every change to a memory's content, category, tags, importance, "
                         "metadata or expiry keeps the state it replaced, so what an agent "
-                        "believed before can be read. The history goes with the memory "
-                        "when it is deleted.")
+                        "believed before can be read. A memory keeps its newest "
+                        "`ENGRAM_HISTORY_MAX_VERSIONS` states (100), for at most "
+                        "`ENGRAM_HISTORY_RETENTION_DAYS` when set; `deleteMemoryHistory` "
+                        "erases them. The history goes with the memory when it is deleted.")
 async def get_memory_history(
     memory_id: uuid.UUID, request: Request, caller: CallerDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
@@ -147,6 +150,20 @@ async def get_memory_history(
 ) -> MemoryHistory:
     refuse_unknown_params(request, frozenset({"limit", "cursor"}))
     return await (await _reads(request, caller)).history(memory_id, limit=limit, cursor=cursor)
+
+
+@router.delete("/{memory_id}/history", operation_id="deleteMemoryHistory",
+               summary="Erase a memory's earlier states", response_model=MemoryHistoryDeletion,
+               responses=problems(404),
+               description="Deletes every earlier state of the memory, so what a change "
+                           "replaced (a secret stored by mistake, then corrected) is gone; "
+                           "the memory itself is unchanged, and later changes add states "
+                           "again.")
+async def delete_memory_history(memory_id: uuid.UUID, request: Request, session: SessionDep,
+                                caller: CallerDep) -> MemoryHistoryDeletion:
+    refuse_unknown_params(request, frozenset())
+    return MemoryHistoryDeletion(
+        deleted=await _service(request, session, caller).delete_history(memory_id))
 
 
 @router.get("", operation_id="listMemories", summary="List memories, newest first",

@@ -133,7 +133,10 @@ class MemoryVersion(BaseModel):
 
     version: int = Field(description="1 is the memory as first stored; each change to its "
                                      "content, category, tags, importance, metadata or "
-                                     "expiry adds the state it replaced.")
+                                     "expiry adds the state it replaced. A memory keeps "
+                                     "its newest states only (ENGRAM_HISTORY_MAX_VERSIONS); "
+                                     "once none is left (erased, or all past the "
+                                     "retention), counting starts again at 1.")
     content: str
     category: str
     tags: list[str]
@@ -150,3 +153,7 @@ class MemoryHistory(BaseModel):
     next_cursor: str | None = Field(
         description="Pass as `cursor` to read the next page; null on the last page."
     )
+
+
+class MemoryHistoryDeletion(BaseModel):
+    deleted: int = Field(description="Earlier states erased; the memory itself is unchanged.")

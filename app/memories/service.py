@@ -97,6 +97,14 @@ class MemoryService:
         if not await self.repository.delete(memory_id):
             raise NotFound(f"memory {memory_id} does not exist")
 
+    async def delete_history(self, memory_id: uuid.UUID) -> int:
+        """Erase a memory's earlier states (a secret an agent stored and a change
+        replaced must not linger there); how many."""
+        erased = await self.repository.delete_versions(memory_id)
+        if erased is None:
+            raise NotFound(f"memory {memory_id} does not exist")
+        return erased
+
     async def delete_matching(self, filters: MemoryFilter) -> int:
         """Delete every memory of a scope or criterion, archived and expired ones too (a
         user's request to be forgotten leaves none behind); how many."""

@@ -11,6 +11,7 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKeyConstraint,
+    Index,
     Integer,
     String,
     Text,
@@ -27,6 +28,8 @@ class MemoryVersion(Base):
         # Deleting a memory (one, a scope, a tenant) deletes its past with it.
         ForeignKeyConstraint(["tenant_id", "memory_id"], ["memories.tenant_id", "memories.id"],
                              ondelete="CASCADE"),
+        # The retention purge reads the oldest states first (app/maintenance.py).
+        Index("ix_memory_versions_replaced_at", "replaced_at"),
     )
 
     tenant_id: Mapped[uuid.UUID] = mapped_column(UUID, primary_key=True)

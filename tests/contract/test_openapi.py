@@ -48,10 +48,12 @@ CONTRACT: dict[str, Operation] = {
     "deleteMemory": Operation("delete", "/v1/memories/{id}", None, None, frozenset({"204"}),
                               frozenset({404})),
     # Added beyond the contract's table: forgetting a scope (a user, an agent) at once,
-    # and a memory's earlier states.
+    # and a memory's earlier states, read and erased.
     "deleteMemories": Operation("delete", "/v1/memories", None, "MemoryDeletion"),
     "getMemoryHistory": Operation("get", "/v1/memories/{id}/history", None, "MemoryHistory",
                                   errors=frozenset({404})),
+    "deleteMemoryHistory": Operation("delete", "/v1/memories/{id}/history", None,
+                                     "MemoryHistoryDeletion", errors=frozenset({404})),
     # Search
     "searchMemories": Operation("post", "/v1/search", "SearchRequest", "SearchResponse",
                                 errors=frozenset({502})),
