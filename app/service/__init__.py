@@ -1,1 +1,2 @@
-"""Service endpoints: liveness, readiness, metrics."""
+"""Service endpoints (liveness, readiness, metrics) and the layers every request passes:
+metrics, request ids."""

@@ -349,6 +349,11 @@ def test_the_service_keeps_data_across_a_sigterm_restart(
     again = httpx.get(f"{first.base_url}/v1/memories/{memory['id']}", timeout=10)
     assert again.status_code == 200, again.text
 
+    # A request's log lines carry its id (the log format of `serve`).
+    forgot = httpx.delete(first.base_url + "/v1/memories", params={"user_id": "nobody"},
+                          headers={"X-Request-ID": "trace-restart-1"}, timeout=10)
+    assert forgot.headers["x-request-id"] == "trace-restart-1"
+
     first.stop()
     assert _gone_soon(pgdata), "the embedded PostgreSQL outlived the service"
     assert not (pgdata / "postmaster.pid").exists()
@@ -357,6 +362,9 @@ def test_the_service_keeps_data_across_a_sigterm_restart(
                  if "engram ready at " + first.base_url in line]
     assert len(url_lines) == 1, first.log
     assert "embedded PostgreSQL" in url_lines[0]
+    assert " INFO engram [-]: engram ready at" in url_lines[0]
+    assert [line for line in first.log.splitlines()
+            if "[trace-restart-1]: deleted 0 memories" in line], first.log
     assert "Warning" not in first.log, first.log
 
     second = start(2)

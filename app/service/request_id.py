@@ -1,0 +1,63 @@
+"""Request ids: each HTTP request's `X-Request-ID` (the caller's, when it is a safe token,
+else a new one), answered in the same header, named in a problem body and in every log
+line written while the request runs, so a client's failed call leads to its log lines."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from contextvars import ContextVar
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+HEADER = "x-request-id"
+_HEADER_BYTES = HEADER.encode()
+# What a log line can carry verbatim: no spaces, quotes or line breaks to forge a line
+# with, and no longer than a trace id with some prefix.
+_SAFE = re.compile(rb"[A-Za-z0-9._:\-]{1,128}")
+
+# Set for the rest of the request's task (uvicorn runs each request in a task of its
+# own), so the 500 handler, which runs outside every middleware, still sees it.
+REQUEST_ID: ContextVar[str | None] = ContextVar("request_id", default=None)
+
+
+def current() -> str | None:
+    return REQUEST_ID.get()
+
+
+def _chosen(scope: Scope) -> str:
+    for name, value in scope["headers"]:
+        if name == _HEADER_BYTES and _SAFE.fullmatch(value):
+            return bytes(value).decode()
+    return os.urandom(16).hex()
+
+
+class RequestIdMiddleware:
+    """Pure ASGI, like the metrics layer: no task per request on the hot path."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = _chosen(scope)
+        REQUEST_ID.set(request_id)
+        header = (_HEADER_BYTES, request_id.encode())
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), header]
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
+
+
+class RequestIdFilter(logging.Filter):
+    """Gives every record a `request_id` (`-` outside a request) for the log format."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.request_id = REQUEST_ID.get() or "-"
+        return True
