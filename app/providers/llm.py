@@ -18,6 +18,7 @@ import httpx
 
 from app.errors import ProviderError
 from app.service.metrics import LLM_CALLS, LLM_SECONDS
+from app.service.request_id import outgoing
 from app.settings import Settings
 
 log = logging.getLogger("engram.llm")
@@ -131,7 +132,8 @@ class ChatCompletionsClient:
         """One HTTP call: the answer text, or the error and the server's Retry-After."""
         try:
             async with asyncio.timeout(self._timeout):
-                response = await self._client.post(self._url, json=payload, headers=self._headers)
+                response = await self._client.post(self._url, json=payload,
+                                                   headers={**self._headers, **outgoing()})
         except (TimeoutError, httpx.TimeoutException) as exc:
             return LLMError(
                 f"the LLM did not answer within {self._timeout:g}s ({exc.__class__.__name__})",

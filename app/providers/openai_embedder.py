@@ -18,6 +18,7 @@ import httpx
 from app.errors import ProviderError
 from app.providers.embedder import Vector
 from app.service.metrics import EMBEDDING_CALLS, EMBEDDING_SECONDS
+from app.service.request_id import outgoing
 
 log = logging.getLogger("engram.embedder")
 
@@ -80,7 +81,7 @@ class OpenAIEmbedder:
             retry_after: float | None = None
             started = time.perf_counter()
             try:
-                response = await self._client.post("embeddings", json=payload)
+                response = await self._client.post("embeddings", json=payload, headers=outgoing())
             except httpx.TimeoutException as exc:
                 error = EmbeddingError(
                     f"the embeddings API did not answer in time ({exc.__class__.__name__})",

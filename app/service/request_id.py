@@ -1,6 +1,7 @@
 """Request ids: each HTTP request's `X-Request-ID` (the caller's, when it is a safe token,
-else a new one), answered in the same header, named in a problem body and in every log
-line written while the request runs, so a client's failed call leads to its log lines."""
+else a new one), answered in the same header, named in a problem body, in every log line
+written while the request runs and on the calls it makes to the LLM and embeddings
+endpoints, so a client's failed call leads to its log lines and to theirs."""
 
 from __future__ import annotations
 
@@ -24,6 +25,12 @@ REQUEST_ID: ContextVar[str | None] = ContextVar("request_id", default=None)
 
 def current() -> str | None:
     return REQUEST_ID.get()
+
+
+def outgoing() -> dict[str, str]:
+    """The header that passes the current request's id on to an upstream HTTP call."""
+    rid = REQUEST_ID.get()
+    return {"X-Request-ID": rid} if rid is not None else {}
 
 
 def _chosen(scope: Scope) -> str:

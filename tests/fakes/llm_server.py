@@ -90,6 +90,7 @@ class RecordedRequest:
     path: str
     authorization: str | None
     body: Any
+    request_id: str | None = None
 
     @property
     def messages(self) -> list[dict[str, str]]:
@@ -187,7 +188,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(400, b'{"error": "bad json"}')
             return
         fake = self.server.fake
-        behaviour = fake._next(RecordedRequest(self.path, self.headers.get("Authorization"), body))
+        behaviour = fake._next(RecordedRequest(self.path, self.headers.get("Authorization"), body,
+                                                   self.headers.get("X-Request-ID")))
         # A client that gave up (a timeout test) has nobody left to answer.
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             self._answer(behaviour, body, fake._stopping)

@@ -102,6 +102,7 @@ class Recorded:
     path: str
     authorization: str | None
     body: Any
+    request_id: str | None = None
 
 
 class FakeEmbeddingsServer:
@@ -163,7 +164,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         body = json.loads(raw)
         fake = self.server.fake
-        behaviour = fake.next(Recorded(self.path, self.headers.get("Authorization"), body))
+        behaviour = fake.next(Recorded(self.path, self.headers.get("Authorization"), body,
+                                       self.headers.get("X-Request-ID")))
         # A client that timed out has gone away; nothing to tell it.
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             self._answer(behaviour, body["input"])
@@ -284,6 +286,14 @@ async def test_large_inputs_are_sent_in_batches_and_reassembled_in_order(
 
     assert [r.body["input"] for r in server.requests] == [texts[0:3], texts[3:6], texts[6:7]]
     assert_close(vectors, [unit(raw_vector(t)) for t in texts])
+
+
+async def test_a_call_outside_a_request_sends_no_request_id(
+    embedder: OpenAIEmbedder, server: FakeEmbeddingsServer,
+) -> None:
+    await embedder.embed(["a background job's text"])
+
+    assert server.requests[0].request_id is None
 
 
 async def test_no_key_sends_no_authorization_header(server: FakeEmbeddingsServer) -> None:
@@ -465,6 +475,8 @@ async def test_the_api_stores_a_memory_with_the_providers_vector(
 
     assert resp.status_code == 201, resp.text
     assert server.requests[-1].body["input"] == ["Alice likes green tea."]
+    # A generated request id, passed on: the provider's logs lead back to the request.
+    assert server.requests[-1].request_id == resp.headers["x-request-id"]
     async with openai_resources.sessionmaker() as session:
         stored = await session.scalar(
             select(Memory.embedding).where(
