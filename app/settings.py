@@ -167,6 +167,9 @@ class Settings(BaseSettings):
     # deleted with its turns, summary and events by the maintenance round; 0 keeps every
     # session until it is deleted. Memories stored with its session_id are not touched.
     session_retention_days: float = Field(default=0, ge=0, le=36500)
+    # The newest events (health changes, refused turns, strategy changes, dropped folds)
+    # one session keeps; an event past it deletes the oldest.
+    session_max_events: int = Field(default=1000, ge=1, le=1_000_000)
 
     # The background job worker (pgqueuer) inside the service process.
     worker_enabled: bool = True

@@ -59,7 +59,7 @@ class FoldOutcome:
 class SessionFolder:
     def __init__(self, maker: async_sessionmaker[AsyncSession], tenant_id: uuid.UUID,
                  session_id: str, *, summariser: Summariser, folds: FoldPolicy,
-                 health: HealthPolicy, max_chars: int) -> None:
+                 health: HealthPolicy, max_chars: int, max_events: int | None = None) -> None:
         self.maker = maker
         self.tenant_id = tenant_id
         self.session_id = session_id
@@ -67,13 +67,17 @@ class SessionFolder:
         self.folds = folds
         self.health = health
         self.max_chars = max_chars
+        self.max_events = max_events
+
+    def _repository(self, db: AsyncSession) -> SessionRepository:
+        return SessionRepository(db, self.tenant_id, max_events=self.max_events)
 
     async def run(self) -> FoldOutcome:
         """Fold until no fold is due, or the summariser fails once."""
         saved = 0
         for _ in range(MAX_FOLDS_PER_JOB):
             async with self.maker() as db:
-                repository = SessionRepository(db, self.tenant_id)
+                repository = self._repository(db)
                 state = await repository.get(self.session_id)
                 if state is None:
                     return FoldOutcome(saved, None)
@@ -90,7 +94,7 @@ class SessionFolder:
             except SummaryFailed as exc:
                 summary = exc
             async with self.maker.begin() as db:
-                repository = SessionRepository(db, self.tenant_id)
+                repository = self._repository(db)
                 locked = await repository.get(self.session_id, lock=True)
                 if (locked is None or locked.cursor != state.cursor
                         or locked.strategy != state.strategy):
@@ -125,7 +129,7 @@ class SessionFolder:
         `rolling_summary`, or by migration 0016): clear it, checking under the lock that no
         append made a fold due meanwhile."""
         async with self.maker.begin() as db:
-            repository = SessionRepository(db, self.tenant_id)
+            repository = self._repository(db)
             locked = await repository.get(self.session_id, lock=True)
             if locked is not None and (
                     locked.strategy != "rolling_summary"

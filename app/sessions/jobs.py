@@ -30,7 +30,8 @@ def folder_for(resources: Resources, tenant_id: uuid.UUID, session_id: str) -> S
     return SessionFolder(resources.sessionmaker, tenant_id, session_id,
                          summariser=build_summariser(settings, resources.llm),
                          folds=fold_policy(settings), health=health_policy(settings),
-                         max_chars=settings.session_summary_max_chars)
+                         max_chars=settings.session_summary_max_chars,
+                         max_events=settings.session_max_events)
 
 
 async def run_fold(context: JobContext, payload: Mapping[str, Any]) -> None:

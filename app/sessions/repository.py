@@ -75,9 +75,12 @@ class SessionFilter:
 
 
 class SessionRepository:
-    def __init__(self, session: AsyncSession, tenant_id: uuid.UUID) -> None:
+    def __init__(self, session: AsyncSession, tenant_id: uuid.UUID, *,
+                 max_events: int | None = None) -> None:
         self.session = session
         self.tenant_id = tenant_id
+        # The newest events a session keeps (ENGRAM_SESSION_MAX_EVENTS); None keeps all.
+        self.max_events = max_events
 
     def _this(self, session_id: str) -> ColumnElement[bool]:
         return (ChatSession.tenant_id == self.tenant_id) & (ChatSession.session_id == session_id)
@@ -206,6 +209,17 @@ class SessionRepository:
                                         # must list in the order they happened.
                                         created_at=func.clock_timestamp()))
         SESSION_EVENTS.labels(kind).inc()
+        if self.max_events is not None:
+            # A client that keeps sending turns with the wrong user, or a summariser that
+            # flaps, adds events for as long as the session lives: past the bound, the
+            # oldest go (usually one, read through the listing's index).
+            beyond = (select(SessionEvent.id)
+                      .where(SessionEvent.tenant_id == self.tenant_id,
+                             SessionEvent.session_id == session_id)
+                      .order_by(SessionEvent.created_at.desc(), SessionEvent.id.desc())
+                      .offset(self.max_events))
+            await self.session.execute(delete(SessionEvent).where(
+                SessionEvent.tenant_id == self.tenant_id, SessionEvent.id.in_(beyond)))
 
     async def turns_in(self, session_id: str, chunk: Chunk) -> list[TurnView]:
         rows = (await self.session.execute(

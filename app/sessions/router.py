@@ -36,7 +36,8 @@ SessionId = Annotated[ScopeId, Path(description="The client's id for the session
 
 def _service(request: Request, session: SessionDep, caller: CallerDep) -> SessionService:
     settings = request.app.state.resources.settings
-    return SessionService(SessionRepository(session, caller.tenant_id),
+    return SessionService(SessionRepository(session, caller.tenant_id,
+                                            max_events=settings.session_max_events),
                           strategy=settings.session_strategy, folds=fold_policy(settings),
                           retention=retention(settings))
 
