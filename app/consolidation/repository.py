@@ -53,6 +53,16 @@ def content_digest(content: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class RunFilter:
+    """Which runs a listing shows: by status, by trigger, and by the scope their request
+    named (each given field equal; a run whose request named no user is not a user's)."""
+
+    status: str | None = None
+    trigger: str | None = None
+    scope: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """A candidate as it was when selected; a group is written only if it still is."""
 
@@ -221,9 +231,18 @@ class ConsolidationRepository:
         stmt = stmt.execution_options(populate_existing=True)
         return (await self.session.scalars(stmt)).one_or_none()
 
-    async def page_runs(self, *, limit: int, after: tuple[datetime, uuid.UUID] | None
-                        ) -> list[ConsolidationRun]:
+    async def page_runs(self, filters: RunFilter, *, limit: int,
+                        after: tuple[datetime, uuid.UUID] | None) -> list[ConsolidationRun]:
+        """Newest first, through ix_consolidation_runs_tenant_created; a filter is checked
+        on each run read (runs are few beside memories: a rare status reads past the
+        others)."""
         stmt = select(ConsolidationRun).where(ConsolidationRun.tenant_id == self.tenant_id)
+        if filters.status is not None:
+            stmt = stmt.where(ConsolidationRun.status == filters.status)
+        if filters.trigger is not None:
+            stmt = stmt.where(ConsolidationRun.trigger == filters.trigger)
+        for field, value in (filters.scope or {}).items():
+            stmt = stmt.where(ConsolidationRun.request[field].astext == value)
         if after is not None:
             stmt = stmt.where(
                 tuple_(ConsolidationRun.created_at, ConsolidationRun.id) < tuple_(*after))

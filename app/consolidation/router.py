@@ -8,11 +8,22 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from app.consolidation.schemas import ConsolidationPage, ConsolidationRequest, ConsolidationResult
+from app.consolidation.repository import RunFilter
+from app.consolidation.schemas import (
+    ConsolidationPage,
+    ConsolidationRequest,
+    ConsolidationResult,
+    ConsolidationStatus,
+    ConsolidationTrigger,
+)
 from app.consolidation.service import ConsolidationService
-from app.deps import CallerDep, SessionDep, problems
+from app.deps import CallerDep, SessionDep, problems, refuse_unknown_params
+from app.validation import ScopeId
 
 router = APIRouter(prefix="/v1/consolidations", tags=["consolidation"])
+
+RUN_LIST_PARAMS = frozenset({"status", "trigger", "user_id", "agent_id", "session_id",
+                             "namespace", "limit", "cursor"})
 
 
 def _service(request: Request, session: SessionDep, caller: CallerDep) -> ConsolidationService:
@@ -49,10 +60,27 @@ async def get_consolidation(run_id: uuid.UUID, request: Request, session: Sessio
             response_model=ConsolidationPage, responses=problems())
 async def list_consolidations(
     request: Request, session: SessionDep, caller: CallerDep,
+    status: Annotated[ConsolidationStatus | None, Query(
+        description="Only runs with this status (`running` includes queued runs)")] = None,
+    trigger: Annotated[ConsolidationTrigger | None, Query(
+        description="Only runs a request made (`api`) or automatic ones (`auto`)")] = None,
+    user_id: Annotated[ScopeId | None, Query(
+        description="Only runs whose request named this user")] = None,
+    agent_id: Annotated[ScopeId | None, Query(
+        description="Only runs whose request named this agent")] = None,
+    session_id: Annotated[ScopeId | None, Query(
+        description="Only runs whose request named this session")] = None,
+    namespace: Annotated[ScopeId | None, Query(
+        description="Only runs whose request named this namespace")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=512)] = None,
 ) -> ConsolidationPage:
-    return await _service(request, session, caller).list(limit=limit, cursor=cursor)
+    refuse_unknown_params(request, RUN_LIST_PARAMS)
+    scope = {name: value for name, value in (("user_id", user_id), ("agent_id", agent_id),
+                                             ("session_id", session_id),
+                                             ("namespace", namespace)) if value is not None}
+    return await _service(request, session, caller).list(
+        RunFilter(status=status, trigger=trigger, scope=scope), limit=limit, cursor=cursor)
 
 
 @router.post("/{run_id}/revert", operation_id="revertConsolidation",

@@ -25,6 +25,7 @@ from app.validation import (
 ConsolidationMode = TypeAliasType("ConsolidationMode", Literal["archive", "synthesize_only"])
 ConsolidationStatus = TypeAliasType(
     "ConsolidationStatus", Literal["succeeded", "failed", "running", "planned"])
+ConsolidationTrigger = TypeAliasType("ConsolidationTrigger", Literal["api", "auto"])
 ConsolidationGroupOutcome = TypeAliasType(
     "ConsolidationGroupOutcome", Literal["planned", "pending", "written", "skipped", "failed"])
 
@@ -152,7 +153,7 @@ class ConsolidationResult(BaseModel):
         description="Matching memories the scan limit left out; the next run takes them."
     )
     dry_run: bool
-    trigger: Literal["api", "auto"]
+    trigger: ConsolidationTrigger
     timings: ConsolidationTimings
     created_at: datetime
     started_at: datetime | None

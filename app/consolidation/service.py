@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.consolidation.locks import lock_is_free, run_lock_key
 from app.consolidation.registry import Composition, build_composition
-from app.consolidation.repository import ConsolidationRepository
+from app.consolidation.repository import ConsolidationRepository, RunFilter
 from app.consolidation.runs import RUN_JOB, ConsolidationRunner, run_values
 from app.consolidation.schemas import (
     ConsolidationComposition,
@@ -113,10 +113,12 @@ class ConsolidationService:
             raise NotFound(f"consolidation run {run_id} does not exist")
         return run
 
-    async def list(self, *, limit: int, cursor: str | None) -> ConsolidationPage:
+    async def list(self, filters: RunFilter, *, limit: int,
+                   cursor: str | None) -> ConsolidationPage:
         after = decode_cursor(cursor) if cursor else None
-        runs, next_cursor = cut_page(await self.repository.page_runs(limit=limit + 1, after=after),
-                                     limit, lambda r: (r.created_at, r.id))
+        runs, next_cursor = cut_page(
+            await self.repository.page_runs(filters, limit=limit + 1, after=after),
+            limit, lambda r: (r.created_at, r.id))
         return ConsolidationPage(items=[to_result(r) for r in runs], next_cursor=next_cursor)
 
     async def revert(self, run_id: uuid.UUID) -> ConsolidationResult:

@@ -70,6 +70,9 @@ async def test_every_nth_write_in_a_scope_runs_a_synthesize_only_consolidation(
         assert (run["trigger"], run["status"]) == ("auto", "succeeded")
         assert run["request"]["mode"] == "synthesize_only"
         assert run["request"]["user_id"] == "u1"
+        for trigger, ids_listed in (("auto", [run["id"]]), ("api", [])):
+            page = await auto_client.get("/v1/consolidations", params={"trigger": trigger})
+            assert [r["id"] for r in page.json()["items"]] == ids_listed
         (summary,) = await summaries(auto_client, user_id="u1")
         assert summary["summary_of"] == ids[:2]
         listed = await auto_client.get("/v1/memories", params={"user_id": "u1"})

@@ -171,3 +171,41 @@ async def test_runs_are_listed_newest_first_with_cursor_paging(
             break
 
     assert seen == made[::-1]
+
+
+async def test_runs_are_listed_by_status_trigger_and_the_scope_they_named(
+    client: httpx.AsyncClient,
+) -> None:
+    await seed(client, [memory(f"note {i}", i, user_id=u)
+                        for u in ("u1", "u2") for i in range(3)])
+    planned = [(await consolidate(client, user_id="u1", dry_run=True))["id"] for _ in range(3)]
+    done = (await consolidate(client, user_id="u2"))["id"]
+
+    async def listed(**params: object) -> list[str]:
+        seen: list[str] = []
+        cursor = None
+        while True:  # a page of one, so paging goes through the filter too
+            page = await client.get("/v1/consolidations", params={
+                "limit": 1, **params, **({"cursor": cursor} if cursor else {})})
+            assert page.status_code == 200, page.text
+            seen += [r["id"] for r in page.json()["items"]]
+            cursor = page.json()["next_cursor"]
+            if cursor is None:
+                return seen
+
+    assert await listed(status="planned") == planned[::-1]
+    assert await listed(status="succeeded") == [done]
+    assert await listed(status="running") == []
+    assert await listed(user_id="u2") == [done]
+    assert await listed(user_id="u1", status="planned") == planned[::-1]
+    assert await listed(user_id="u3") == []
+    assert await listed(trigger="api") == [done, *planned[::-1]]
+    assert await listed(trigger="auto") == []
+    assert await listed(agent_id="a1") == []
+    for params, field in (({"status": "done"}, "query.status"),
+                          ({"trigger": "cron"}, "query.trigger"),
+                          ({"user": "u1"}, "query.user"),
+                          ({"user_id": ""}, "query.user_id")):
+        resp = await client.get("/v1/consolidations", params=params)
+        assert resp.status_code == 422, resp.text
+        assert [e["field"] for e in resp.json()["errors"]] == [field]
