@@ -6,13 +6,14 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import TypeAliasType
 
 from app.consolidation.config import GroupThreshold, OpConfig, SelectorConfig
 from app.consolidation.registry import ConsolidationStrategy
 from app.validation import (
     INTEGER_ONLY,
+    AwareDatetime,
     CategoryList,
     Importance,
     JsonBool,

@@ -59,6 +59,7 @@ async def test_a_request_with_no_scope_and_no_criteria_is_refused(
         # A moment without a zone is ambiguous.
         ({"created_after": "2026-01-01T00:00:00"}, "created_after"),
         ({"created_before": "yesterday"}, "created_before"),
+        ({"created_before": 0}, "created_before"),  # not a Unix time, as lax parsing would
         ({"async": "later"}, "async"),
         # JSON types, not what lax parsing could make of them.
         ({"async": 1}, "async"),
