@@ -33,7 +33,9 @@ Errors are `application/problem+json` (RFC 9457). Authenticate with
 
 Every answer carries an `X-Request-ID` header: the request's own when it sent one (1-128
 characters of letters, digits and `._:-`), else a new one. The service's log lines written
-while the request ran carry it, and so does a problem body (`request_id`)."""
+while the request ran carry it, and so does a problem body (`request_id`); so do the
+calls it makes to the embeddings API and the LLM, and the jobs it queues (as
+`<request id>.job-<job id>`)."""
 
 
 def freeze_startup_objects() -> None:

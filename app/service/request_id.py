@@ -1,7 +1,8 @@
 """Request ids: each HTTP request's `X-Request-ID` (the caller's, when it is a safe token,
 else a new one), answered in the same header, named in a problem body, in every log line
 written while the request runs and on the calls it makes to the LLM and embeddings
-endpoints, so a client's failed call leads to its log lines and to theirs."""
+endpoints, so a client's failed call leads to its log lines and to theirs. A background
+job runs under an id of its own, prefixed by the id of the request that queued it."""
 
 from __future__ import annotations
 
@@ -25,6 +26,14 @@ REQUEST_ID: ContextVar[str | None] = ContextVar("request_id", default=None)
 
 def current() -> str | None:
     return REQUEST_ID.get()
+
+
+def for_job(job_id: int, queued_by: object) -> str:
+    """A background job's id for its log lines and upstream calls: the id of the request
+    that queued it, when one did, then the job's, so searching the logs for a request's
+    id finds the async work it started too."""
+    job = f"job-{job_id}"
+    return f"{queued_by}.{job}" if isinstance(queued_by, str) and queued_by else job
 
 
 def outgoing() -> dict[str, str]:

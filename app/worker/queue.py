@@ -26,8 +26,13 @@ from pgqueuer.queries import Queries
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
+from app.service import request_id
+
 QUEUE_SCHEMA = "pgqueuer"
 """Migration 0002 installs pgqueuer's tables in this schema, apart from ours."""
+
+QUEUED_BY = "queued_by"
+"""The payload key holding the id of the request that queued a job, when one did."""
 
 # Every name is given, so no PGQUEUER_* variable in the environment can move the queue
 # away from what the migration created.
@@ -79,7 +84,11 @@ async def enqueue(
     """Queue `job` in the session's transaction; its id, or None when `dedupe_key` is
     already queued or running (then nothing is added)."""
     queries = queue_queries(AsyncpgDriver(await raw_connection(session)))
-    body = json.dumps(dict(payload), separators=(",", ":")).encode()
+    values = dict(payload)
+    if (origin := request_id.current()) is not None:
+        # The job's log lines and upstream calls carry it (app/worker/runner.py).
+        values[QUEUED_BY] = origin
+    body = json.dumps(values, separators=(",", ":")).encode()
     ids = await queries.enqueue(
         job, body, execute_after=delay, dedupe_key=dedupe_key, on_conflict="skip"
     )

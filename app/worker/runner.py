@@ -36,8 +36,9 @@ from pgqueuer.domain.types import Channel
 from pgqueuer.qm import QueueManager
 
 from app.db import CONNECT_TIMEOUT_SECONDS, asyncpg_dsn
+from app.service import request_id
 from app.service.metrics import JOB_SECONDS, JOBS, WORKER_RECONNECTS
-from app.worker.queue import QUEUE_SETTINGS, queue_queries
+from app.worker.queue import QUEUE_SETTINGS, QUEUED_BY, queue_queries
 from app.worker.registry import MAIN_LANE, JobContext, JobRegistry, JobSpec, RetryLater
 
 if TYPE_CHECKING:
@@ -218,6 +219,9 @@ class Worker:
                                  spec.max_attempts)
             started = time.perf_counter()
             outcome = "done"
+            # Reset after the job: pgqueuer may run the next one in the same task.
+            correlation = request_id.REQUEST_ID.set(
+                request_id.for_job(int(job.id), payload.get(QUEUED_BY)))
             try:
                 await spec.handler(context, payload)
             except RetryLater as retry:
@@ -234,5 +238,6 @@ class Worker:
             finally:
                 JOBS.labels(spec.name, outcome).inc()
                 JOB_SECONDS.labels(spec.name).observe(time.perf_counter() - started)
+                request_id.REQUEST_ID.reset(correlation)
 
         return run

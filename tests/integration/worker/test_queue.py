@@ -19,6 +19,7 @@ from app.consolidation.auto import AUTO_JOB
 from app.consolidation.runs import RUN_JOB
 from app.db import asyncpg_dsn
 from app.resources import Resources
+from app.service import request_id
 from app.sessions.folder import FOLD_JOB
 from app.sessions.jobs import FOLD_LANE
 from app.worker import lifecycle
@@ -109,6 +110,42 @@ async def test_the_worker_runs_handlers_and_retries_failures(resources: Resource
     assert runs("test.flaky") == {"done": 1, "retry": 1, "failed": 1, "gave_up": 0,
                                   "cancelled": 0}
     assert sample("engram_job_seconds_count", job="test.flaky") == 3
+
+
+async def test_a_job_runs_under_the_id_of_the_request_that_queued_it(
+    resources: Resources,
+) -> None:
+    """Its log lines and upstream calls carry "<request id>.job-<id>", or "job-<id>" when
+    no request queued it; the worker's own task is left as it was."""
+    seen: dict[int, str | None] = {}
+    done = asyncio.Event()
+
+    async def record(context: JobContext, payload: Mapping[str, Any]) -> None:
+        seen[context.job_id] = request_id.current()
+        if len(seen) == 2:
+            done.set()
+
+    registry = JobRegistry()
+    registry.register("test.correlated", record, max_attempts=1, retry_delay=timedelta(0))
+    worker = Worker(resources, registry, poll_interval=timedelta(seconds=1))
+    await worker.start()
+    try:
+        token = request_id.REQUEST_ID.set("trace-queued-1")
+        try:
+            async with resources.sessionmaker.begin() as session:
+                queued = await enqueue(session, "test.correlated", {"n": 1})
+        finally:
+            request_id.REQUEST_ID.reset(token)
+        async with resources.sessionmaker.begin() as session:
+            plain = await enqueue(session, "test.correlated", {"n": 2})
+        await asyncio.wait_for(done.wait(), 15)
+    finally:
+        await worker.stop()
+
+    assert queued is not None
+    assert plain is not None
+    assert seen == {queued: f"trace-queued-1.job-{queued}", plain: f"job-{plain}"}
+    assert request_id.current() is None
 
 
 async def test_a_job_failing_on_its_last_try_is_counted_as_given_up(
