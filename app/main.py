@@ -89,17 +89,32 @@ def create_app(settings: Settings | None = None, resources: Resources | None = N
     return app
 
 
+REQUEST_ID_HEADER = {
+    "description": "The request's id: the one it sent (1-128 letters, digits and `._:-`), "
+                   "else a new one. Log lines and problem bodies (`request_id`) carry it.",
+    "schema": {"type": "string", "maxLength": 128},
+}
+
+
 def _declare_problem_schema(app: FastAPI) -> None:
-    """Make `Problem` a named component even for routes that only reference it by $ref."""
+    """Make `Problem` a named component even for routes that only reference it by $ref,
+    and declare the `X-Request-ID` header (app/service/request_id.py) on every answer."""
     original = app.openapi
 
     def openapi() -> dict[str, object]:
         if app.openapi_schema is None:
             schema = original()
-            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            components = schema.setdefault("components", {})
+            schemas = components.setdefault("schemas", {})
             problem = Problem.model_json_schema(ref_template="#/components/schemas/{model}")
-            components.update(problem.pop("$defs", {}))
-            components["Problem"] = problem
+            schemas.update(problem.pop("$defs", {}))
+            schemas["Problem"] = problem
+            components.setdefault("headers", {})["X-Request-ID"] = REQUEST_ID_HEADER
+            for operations in schema.get("paths", {}).values():
+                for operation in operations.values():
+                    for response in operation.get("responses", {}).values():
+                        response.setdefault("headers", {})["X-Request-ID"] = {
+                            "$ref": "#/components/headers/X-Request-ID"}
             app.openapi_schema = schema
         return app.openapi_schema
 

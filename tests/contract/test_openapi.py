@@ -269,6 +269,20 @@ async def test_every_error_response_declares_problem_json(document: dict[str, An
                 assert ref_name(content[PROBLEM_JSON]["schema"]) == "Problem"
 
 
+async def test_every_response_declares_the_request_id_header(
+    client: httpx.AsyncClient, document: dict[str, Any],
+) -> None:
+    """As the service sends it (app/service/request_id.py): on every answer, errors too."""
+    header = document["components"]["headers"]["X-Request-ID"]
+    assert header["schema"] == {"type": "string", "maxLength": 128}
+    for operation_id, (_, _, op) in operations(document).items():
+        for status, resp in op["responses"].items():
+            assert resp["headers"]["X-Request-ID"] == {
+                "$ref": "#/components/headers/X-Request-ID"}, (operation_id, status)
+    answered = await client.get("/v1/memories", headers={"X-Request-ID": "r" * 128})
+    assert answered.headers["x-request-id"] == "r" * 128
+
+
 @pytest.mark.parametrize("operation_id", sorted(IMPLEMENTED))
 async def test_operation_declares_the_errors_it_can_return(
     document: dict[str, Any], operation_id: str
