@@ -18,6 +18,7 @@ from app.consolidation.schemas import (
 )
 from app.consolidation.service import ConsolidationService
 from app.deps import CallerDep, SessionDep, problems, refuse_unknown_params
+from app.models import SCOPE_COLUMNS
 from app.validation import ScopeId
 
 router = APIRouter(prefix="/v1/consolidations", tags=["consolidation"])
@@ -76,9 +77,9 @@ async def list_consolidations(
     cursor: Annotated[str | None, Query(max_length=512)] = None,
 ) -> ConsolidationPage:
     refuse_unknown_params(request, RUN_LIST_PARAMS)
-    scope = {name: value for name, value in (("user_id", user_id), ("agent_id", agent_id),
-                                             ("session_id", session_id),
-                                             ("namespace", namespace)) if value is not None}
+    named = (user_id, agent_id, session_id, namespace)
+    scope = {column: value for column, value in zip(SCOPE_COLUMNS, named, strict=True)
+             if value is not None}
     return await _service(request, session, caller).list(
         RunFilter(status=status, trigger=trigger, scope=scope), limit=limit, cursor=cursor)
 
