@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
+from app import db_tcp
 from app.settings import Settings
 
 CONNECT_TIMEOUT_SECONDS = 10
@@ -52,7 +53,7 @@ def server_settings(settings: Settings) -> dict[str, str]:
 
 
 def create_engine(url: str, settings: Settings) -> AsyncEngine:
-    return create_async_engine(
+    engine = create_async_engine(
         url,
         pool_size=settings.db_pool_size,
         max_overflow=settings.db_max_overflow,
@@ -63,6 +64,8 @@ def create_engine(url: str, settings: Settings) -> AsyncEngine:
             "timeout": CONNECT_TIMEOUT_SECONDS,
         },
     )
+    db_tcp.install(engine, settings.db_tcp_timeout_seconds)
+    return engine
 
 
 def asyncpg_dsn(engine: AsyncEngine) -> str:

@@ -39,6 +39,11 @@ class Settings(BaseSettings):
     # How long a request waits for a free connection of a pool before it answers 503
     # (database_busy, Retry-After) instead of queueing without end.
     db_pool_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
+    # How long a database connection over TCP may leave data unacknowledged, or go
+    # without an answer to its keepalive probes, before it is dropped (app/db_tcp.py):
+    # a server that vanished (a failover) is then noticed in this time instead of
+    # TCP's ~15 minutes. 0 leaves the OS's defaults. Not used over a Unix socket.
+    db_tcp_timeout_seconds: int = Field(default=30, ge=0, le=3600)
     # Embedded PostgreSQL sizing; None means "derive from this machine's memory".
     embedded_shared_buffers_mb: int | None = Field(default=None, ge=16)
     embedded_maintenance_work_mem_mb: int | None = Field(default=None, ge=16)

@@ -22,6 +22,7 @@ from typing import Any
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app import db_tcp
 from app.db import CONNECT_TIMEOUT_SECONDS, asyncpg_dsn, server_settings
 from app.errors import pool_wait_expired
 from app.settings import Settings
@@ -82,6 +83,7 @@ class SearchReader:
             timeout=CONNECT_TIMEOUT_SECONDS,
             server_settings=session_settings or search_server_settings(settings),
             reset=_keep_session,
+            init=db_tcp.pool_init(settings.db_tcp_timeout_seconds),
         )
         return cls(pool, settings.db_pool_timeout_seconds)
 

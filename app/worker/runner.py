@@ -35,6 +35,7 @@ from pgqueuer.domain.models import Job
 from pgqueuer.domain.types import Channel
 from pgqueuer.qm import QueueManager
 
+from app import db_tcp
 from app.db import CONNECT_TIMEOUT_SECONDS, asyncpg_dsn
 from app.service import request_id
 from app.service.metrics import JOB_SECONDS, JOBS, WORKER_RECONNECTS
@@ -100,10 +101,15 @@ class Worker:
         # connection gone dead without a word (a failover that left it half-open sends no
         # reset, so no termination is heard and a reply would wait for TCP's retries,
         # ~15 min): it raises, and the worker connects again.
-        return await asyncpg.connect(asyncpg_dsn(self.resources.engine),
-                                     command_timeout=self.statement_timeout,
-                                     timeout=CONNECT_TIMEOUT_SECONDS,
-                                     server_settings={"application_name": self.application_name})
+        connection = await asyncpg.connect(
+            asyncpg_dsn(self.resources.engine), command_timeout=self.statement_timeout,
+            timeout=CONNECT_TIMEOUT_SECONDS,
+            server_settings={"application_name": self.application_name})
+        # Also on the worker's connection: while it waits for a notification, its
+        # keepalive probes find a vanished server.
+        db_tcp.apply(connection,
+                     db_tcp.socket_options(self.resources.settings.db_tcp_timeout_seconds))
+        return connection
 
     async def _connect(self) -> None:
         connection = await self._open()

@@ -38,6 +38,7 @@ def test_defaults() -> None:
     assert settings.model_cache_dir is None
     assert settings.search_min_similarity is None
     assert settings.min_similarity == 0.25
+    assert settings.db_tcp_timeout_seconds == 30
     assert settings.startup_problem() is None
 
 
@@ -222,3 +223,12 @@ def test_a_bad_session_retention_stops_start_up_naming_it(
     monkeypatch.delenv("ENGRAM_SESSION_RETENTION_DAYS")
     assert load().session_retention_days == 0  # off unless set
     assert load(session_retention_days=30).session_retention_days == 30
+
+
+def test_the_tcp_timeout_is_whole_seconds_from_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENGRAM_DB_TCP_TIMEOUT_SECONDS", "-1")
+    with pytest.raises(ValidationError) as caught:
+        load()
+    assert "ENGRAM_DB_TCP_TIMEOUT_SECONDS" in format_settings_error(caught.value)
+    monkeypatch.setenv("ENGRAM_DB_TCP_TIMEOUT_SECONDS", "0")
+    assert load().db_tcp_timeout_seconds == 0
