@@ -1,4 +1,4 @@
-"""`python -m app`: serve, migrate, and manage API keys."""
+"""`python -m app`: serve, migrate, manage API keys and tenants, re-embed the memories."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import logging
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -65,7 +66,7 @@ async def _database(settings: Settings) -> AsyncIterator[AsyncEngine]:
     from app.resources import open_database
 
     url, embedded = await open_database(settings)
-    engine = create_engine(url, settings)
+    engine = create_engine(url, settings, application_name="engram-cli")
     try:
         await upgrade_to_head(engine)
         yield engine
@@ -149,6 +150,46 @@ async def _tenants(settings: Settings, args: argparse.Namespace) -> int:
         return 0
 
 
+async def _reembed(settings: Settings, args: argparse.Namespace) -> int:
+    from app.embedding_space.service import ServiceRunning, reembed
+    from app.providers.embedder import build_embedder
+
+    embedder = build_embedder(settings)
+    load = getattr(embedder, "load", None)
+    if load is not None:
+        await load()
+    shown = [time.monotonic()]
+
+    def progress(done: int, total: int) -> None:
+        # A line every few seconds, not a batch: 100k memories are ~400 batches.
+        if time.monotonic() - shown[0] >= 5 or done == total:
+            shown[0] = time.monotonic()
+            print(f"re-embedded {done} of {total}", file=sys.stderr)
+
+    try:
+        async with _database(settings) as engine:
+            try:
+                report = await reembed(engine, embedder, batch_size=args.batch_size,
+                                       progress=progress)
+            except ServiceRunning as exc:
+                print(f"engram: {exc}", file=sys.stderr)
+                return 1
+            except Exception as exc:
+                print(f"engram: reembed stopped: {_describe(exc)}. The batches done are "
+                      "kept; run it again to go on from there", file=sys.stderr)
+                return 1
+    finally:
+        await embedder.aclose()
+    if not report.needed:
+        print(f"the stored vectors are already {report.model}'s; nothing to do")
+        return 0
+    skipped = f", {report.skipped} changed meanwhile and left" if report.skipped else ""
+    resumed = " (going on from an earlier pass)" if report.resumed else ""
+    print(f"re-embedded {report.embedded} memories with {report.model}{resumed} in "
+          f"{report.seconds:.1f} s{skipped}")
+    return 0
+
+
 def _bounded_name(value: str) -> str:
     value = value.strip()
     if not 1 <= len(value) <= 100:
@@ -178,6 +219,11 @@ def build_parser() -> argparse.ArgumentParser:
     remove.add_argument("tenant", type=_bounded_name)
     remove.add_argument("--yes", action="store_true", help="delete; without it, only say "
                                                             "what would go")
+    again = sub.add_parser(
+        "reembed", help="re-embed every stored memory with the configured embedder (after "
+                        "changing it); the service must be stopped")
+    again.add_argument("--batch-size", type=int, default=256, choices=range(1, 4097),
+                       metavar="1..4096", help="memories per transaction (default 256)")
     return parser
 
 
@@ -193,6 +239,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_migrate(settings))
         if args.command == "tenants":
             return asyncio.run(_tenants(settings, args))
+        if args.command == "reembed":
+            return asyncio.run(_reembed(settings, args))
         return asyncio.run(_keys(settings, args))
     except Exception as exc:
         # An operator's command: one line saying what failed, not a traceback.

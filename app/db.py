@@ -52,7 +52,9 @@ def server_settings(settings: Settings) -> dict[str, str]:
     }
 
 
-def create_engine(url: str, settings: Settings) -> AsyncEngine:
+def create_engine(url: str, settings: Settings, application_name: str = "engram") -> AsyncEngine:
+    """The engine; `application_name` is how its connections show in pg_stat_activity
+    (the CLI's say `engram-cli`, which a re-embedding tells from the service's)."""
     engine = create_async_engine(
         url,
         pool_size=settings.db_pool_size,
@@ -60,7 +62,8 @@ def create_engine(url: str, settings: Settings) -> AsyncEngine:
         pool_timeout=settings.db_pool_timeout_seconds,
         pool_pre_ping=True,
         connect_args={
-            "server_settings": server_settings(settings),
+            "server_settings": {**server_settings(settings),
+                                "application_name": application_name},
             "timeout": CONNECT_TIMEOUT_SECONDS,
         },
     )

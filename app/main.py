@@ -12,6 +12,7 @@ from fastapi import FastAPI
 
 from app.consolidation.router import router as consolidation_router
 from app.embedded_db import keep_running
+from app.embedding_space.service import VectorSpaceMismatch
 from app.errors import Problem, install_error_handlers
 from app.maintenance import start_maintenance
 from app.memories.router import router as memories_router
@@ -57,7 +58,13 @@ def create_app(settings: Settings | None = None, resources: Resources | None = N
         if resources is not None:
             yield
             return
-        opened = await build_resources(settings)
+        try:
+            opened = await build_resources(settings)
+        except VectorSpaceMismatch as exc:
+            # An operator's decision, not a fault: one line saying what to do, above
+            # uvicorn's traceback.
+            log.error("cannot start: %s", exc)
+            raise
         app.state.resources = opened
         start_maintenance(opened)
         if opened.embedded is not None and settings.embedded_watch_seconds > 0:
@@ -65,8 +72,9 @@ def create_app(settings: Settings | None = None, resources: Resources | None = N
                 keep_running(opened.embedded, settings.embedded_watch_seconds)))
         background = await start_background_work(opened)
         freeze_startup_objects()
-        log.info("engram ready at http://%s:%d (database: %s, embedder: %s)",
-                 settings.host, settings.port, opened.database_label, opened.embedder.name)
+        log.info("engram ready at http://%s:%d (database: %s, embedder: %s, %s)",
+                 settings.host, settings.port, opened.database_label, opened.embedder.name,
+                 opened.embedder.vector_space)
         try:
             yield
         finally:

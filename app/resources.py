@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.db import create_engine, create_sessionmaker
 from app.embedded_db import EmbeddedPostgres, start_embedded
+from app.embedding_space.service import check_on_start
 from app.migrate import upgrade_to_head
 from app.providers.embedder import Embedder, build_embedder
 from app.providers.llm import LLMClient, build_llm_client
@@ -94,6 +95,7 @@ async def open_database(settings: Settings) -> tuple[str, EmbeddedPostgres | Non
 async def build_resources(settings: Settings, *, migrate: bool = True) -> Resources:
     url, embedded = await open_database(settings)
     engine = create_engine(url, settings)
+    embedder: Embedder | None = None
     try:
         if migrate:
             await upgrade_to_head(engine)
@@ -101,7 +103,12 @@ async def build_resources(settings: Settings, *, migrate: bool = True) -> Resour
         load = getattr(embedder, "load", None)
         if load is not None:
             await load()
+        # Before anything is served: a search over another model's vectors would answer
+        # at random, and a write would mix two models.
+        await check_on_start(engine, embedder)
     except BaseException:
+        if embedder is not None:
+            await embedder.aclose()
         await engine.dispose()
         if embedded is not None:
             await asyncio.to_thread(embedded.stop)

@@ -1049,6 +1049,23 @@ async def post_checked(client: httpx.AsyncClient, path: str, body: Any) -> httpx
     return r
 
 
+async def adopt_vector_space(url: str, embedder: str) -> None:
+    """Record `embedder`'s model as the stored vectors' (app/embedding_space). The runs
+    share one database, and the service refuses to start over another model's vectors;
+    a throughput benchmark never reads what they mean."""
+    from app.providers.hash_embedder import HashEmbedder
+    from app.providers.local_embedder import LocalEmbedder
+
+    space = {"local": LocalEmbedder.vector_space, "hash": HashEmbedder.vector_space}[embedder]
+    conn = await connect(url)
+    try:
+        await conn.execute(
+            "INSERT INTO embedding_space (model) VALUES ($1) ON CONFLICT (singleton) DO UPDATE "
+            "SET model = excluded.model, target_model = NULL, target_after = NULL", space)
+    finally:
+        await conn.close()
+
+
 async def run_service(
     args: argparse.Namespace,
     cleanup: Cleanup,
@@ -1062,6 +1079,7 @@ async def run_service(
 ) -> dict[str, Any]:
     port = free_port()
     profile_out = tmp / f"profile-{embedder}.json" if args.profile else None
+    await adopt_vector_space(url, embedder)
     proc, log_path = start_server(cleanup, url, embedder, port, tmp, profile_out)
     out: dict[str, Any] = {"embedder": embedder, "phases": {}}
     conn = await connect(url)

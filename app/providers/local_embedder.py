@@ -37,6 +37,7 @@ DEFAULT_CACHE_DIR = Settings.model_fields["data_dir"].default / "models"
 class LocalEmbedder:
     name = "local"
     dimensions = DIMENSIONS
+    vector_space = f"sentence-transformers/{MODEL_NAME}"
 
     def __init__(self, batch_size: int = 64, threads: int = 1, pass_chars: int = 512,
                  query_lane: bool = True, runtime: Runtime = "onnx",

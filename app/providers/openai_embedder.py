@@ -54,6 +54,7 @@ class OpenAIEmbedder:
     ) -> None:
         self.dimensions = dimensions
         self._model = model
+        self.vector_space = model
         self._max_retries = max_retries
         self._batch_size = batch_size
         self._backoff_base = backoff_base

@@ -47,10 +47,11 @@ class Run:
     stderr: str
 
 
-async def cli(database_url: str, *args: str) -> Run:
+async def cli(database_url: str, *args: str, **settings: str) -> Run:
+    """`python -m app <args>` on `database_url`, with `settings` (ENGRAM_* names) added."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "app", *args,
-        cwd=PROJECT_ROOT, env=base_env(ENGRAM_DATABASE_URL=database_url),
+        cwd=PROJECT_ROOT, env=base_env(ENGRAM_DATABASE_URL=database_url, **settings),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
     try:

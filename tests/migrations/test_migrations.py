@@ -19,7 +19,6 @@ from sqlalchemy import (
     String,
     func,
     inspect,
-    make_url,
     pool,
     select,
     text,
@@ -28,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app.migrate import current_revisions, downgrade, head_revision, upgrade_to_head
 from app.models import DEFAULT_TENANT_ID, Base, Tenant
+from tests.conftest import fresh_database
 
 ENGRAM_TABLES = {"tenants", "api_keys", "idempotency_keys", "memories"}
 
@@ -35,20 +35,12 @@ ENGRAM_TABLES = {"tenants", "api_keys", "idempotency_keys", "memories"}
 @pytest.fixture
 async def fresh_engine(database_url: str) -> AsyncIterator[AsyncEngine]:
     """An engine on a new, empty database; the database is dropped afterwards."""
-    name = f"mig_{uuid.uuid4().hex[:12]}"
-    admin = create_async_engine(database_url, isolation_level="AUTOCOMMIT",
-                                poolclass=pool.NullPool)
-    async with admin.connect() as conn:
-        await conn.execute(text(f'CREATE DATABASE "{name}"'))
-    engine = create_async_engine(make_url(database_url).set(database=name),
-                                 poolclass=pool.NullPool)
-    try:
-        yield engine
-    finally:
-        await engine.dispose()
-        async with admin.connect() as conn:
-            await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        await admin.dispose()
+    async with fresh_database(database_url, "mig") as url:
+        engine = create_async_engine(url, poolclass=pool.NullPool)
+        try:
+            yield engine
+        finally:
+            await engine.dispose()
 
 
 def _tables(conn: Connection) -> set[str]:

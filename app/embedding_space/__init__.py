@@ -1,0 +1,1 @@
+"""Which model the stored vectors come from: the check at start and the re-embedding."""

@@ -1,0 +1,95 @@
+"""The SQL of the vector space: its one row, and the memories' vectors in id order."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.embedding_space.rules import StoredSpace
+from app.models.vector import vector_text
+
+# The service's connections, by application_name (app/db.py, app/search/reader.py,
+# app/worker/runner.py); the CLI's own are `engram-cli`.
+SERVICE_CONNECTIONS = """
+SELECT application_name, count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid()
+  AND application_name LIKE 'engram%' AND application_name <> 'engram-cli'
+GROUP BY application_name ORDER BY application_name
+"""
+
+UPDATE_VECTORS = """
+UPDATE memories m SET embedding = CAST(v.embedding AS halfvec)
+FROM unnest(CAST(:ids AS uuid[]), CAST(:contents AS text[]), CAST(:vectors AS text[]))
+    AS v(id, content, embedding)
+WHERE m.id = v.id AND m.content = v.content
+"""
+
+
+class EmbeddingSpaceRepository:
+    def __init__(self, conn: AsyncConnection) -> None:
+        self._conn = conn
+
+    async def read(self, *, for_update: bool = False) -> StoredSpace | None:
+        lock = " FOR UPDATE" if for_update else ""
+        row = (await self._conn.execute(text(
+            f"SELECT model, target_model, target_after FROM embedding_space{lock}"))).first()
+        return StoredSpace(row[0], row[1], row[2]) if row else None
+
+    async def lock_row(self) -> StoredSpace | None:
+        """The row, locked for the transaction, or None when no model was recorded yet. A
+        missing row is inserted first with an empty model (none known), so two starts at
+        once wait for each other instead of racing to insert."""
+        await self._conn.execute(text(
+            "INSERT INTO embedding_space (model) VALUES ('') ON CONFLICT DO NOTHING"))
+        stored = await self.read(for_update=True)
+        if stored is None or (stored.model == "" and stored.target_model is None):
+            return None
+        return stored
+
+    async def record(self, model: str) -> None:
+        await self._conn.execute(text(
+            "UPDATE embedding_space SET model = :model, recorded_at = now(), "
+            "target_model = NULL, target_after = NULL"), {"model": model})
+
+    async def begin_target(self, target: str, after: uuid.UUID | None) -> None:
+        await self._conn.execute(text(
+            "UPDATE embedding_space SET target_model = :target, target_after = :after"),
+            {"target": target, "after": after})
+
+    async def advance(self, after: uuid.UUID) -> None:
+        await self._conn.execute(text("UPDATE embedding_space SET target_after = :after"),
+                                 {"after": after})
+
+    async def has_memories(self) -> bool:
+        return bool((await self._conn.execute(
+            text("SELECT EXISTS (SELECT FROM memories)"))).scalar())
+
+    async def count_after(self, after: uuid.UUID | None) -> int:
+        return int((await self._conn.execute(
+            text("SELECT count(*) FROM memories WHERE CAST(:after AS uuid) IS NULL "
+                 "OR id > CAST(:after AS uuid)"), {"after": after})).scalar() or 0)
+
+    async def next_batch(self, after: uuid.UUID | None,
+                         limit: int) -> Sequence[tuple[uuid.UUID, str]]:
+        """Every memory of every tenant, archived and expired ones too, by id."""
+        rows = await self._conn.execute(text(
+            "SELECT id, content FROM memories WHERE CAST(:after AS uuid) IS NULL "
+            "OR id > CAST(:after AS uuid) ORDER BY id LIMIT :limit"),
+            {"after": after, "limit": limit})
+        return [(row[0], row[1]) for row in rows]
+
+    async def write_vectors(self, rows: Sequence[tuple[uuid.UUID, str]],
+                            vectors: Sequence[Sequence[float]]) -> int:
+        """Each row's new vector, unless its content changed since it was read (then its
+        writer embedded it); how many were written."""
+        result = await self._conn.execute(text(UPDATE_VECTORS), {
+            "ids": [row[0] for row in rows], "contents": [row[1] for row in rows],
+            "vectors": [vector_text(v) for v in vectors]})
+        return int(getattr(result, "rowcount", 0) or 0)
+
+    async def service_connections(self) -> list[tuple[str, int]]:
+        rows = await self._conn.execute(text(SERVICE_CONNECTIONS))
+        return [(row[0], int(row[1])) for row in rows]

@@ -1,0 +1,98 @@
+"""The check a start makes on the stored vectors' model, and the re-embedding that moves
+them to another one (`python -m app reembed`)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.embedding_space.repository import EmbeddingSpaceRepository
+from app.embedding_space.rules import on_start, reembed_start
+from app.providers.embedder import Embedder
+
+log = logging.getLogger("engram.embedding_space")
+
+
+class VectorSpaceMismatch(RuntimeError):
+    """The stored vectors are not the configured embedder's: the service does not start."""
+
+
+class ServiceRunning(RuntimeError):
+    """A re-embedding was asked for while the service runs on the database."""
+
+
+async def check_on_start(engine: AsyncEngine, embedder: Embedder) -> None:
+    """Record the configured embedder's model, or confirm the stored vectors are its;
+    raise VectorSpaceMismatch when they are another model's."""
+    configured = embedder.vector_space
+    async with engine.begin() as conn:
+        repo = EmbeddingSpaceRepository(conn)
+        stored = await repo.lock_row()
+        decision = on_start(stored, configured, await repo.has_memories())
+        if decision.action == "refuse":
+            raise VectorSpaceMismatch(decision.reason)
+        if decision.action != "keep":
+            await repo.record(configured)
+            log.info("stored vectors: %s (%s)", configured,
+                     "recorded" if decision.action == "record" else "no memory held another's")
+
+
+@dataclass(frozen=True)
+class ReembedReport:
+    model: str
+    # False when the stored vectors were already the model's.
+    needed: bool
+    embedded: int
+    # Rows whose content changed between their read and their write (their writer
+    # embedded them).
+    skipped: int
+    resumed: bool
+    seconds: float
+
+
+async def reembed(engine: AsyncEngine, embedder: Embedder, *, batch_size: int = 256,
+                  progress: Callable[[int, int], None] | None = None) -> ReembedReport:
+    """Re-embed every memory (every tenant's, archived and expired ones too) with
+    `embedder`, a batch per transaction, the position saved with each, so a pass cut
+    short goes on where it stopped; then record the model. Refuses while the service
+    runs on the database: its writes would embed with the model being replaced."""
+    started = time.monotonic()
+    target = embedder.vector_space
+    async with engine.begin() as conn:
+        repo = EmbeddingSpaceRepository(conn)
+        running = await repo.service_connections()
+        if running:
+            names = ", ".join(f"{name} ({count})" for name, count in running)
+            raise ServiceRunning(
+                f"the service is connected to this database ({names}); stop every replica "
+                "first, or their writes would be embedded with the model being replaced")
+        start = reembed_start(await repo.lock_row(), target)
+        if not start.needed:
+            return ReembedReport(target, False, 0, 0, False, time.monotonic() - started)
+        await repo.begin_target(target, start.after)
+        total = await repo.count_after(start.after)
+    after, embedded, skipped = start.after, 0, 0
+    while True:
+        async with engine.connect() as conn:
+            rows = await EmbeddingSpaceRepository(conn).next_batch(after, batch_size)
+        if not rows:
+            break
+        # Embedded outside a transaction: the model's time holds no locks.
+        vectors = await embedder.embed([content for _, content in rows])
+        async with engine.begin() as conn:
+            repo = EmbeddingSpaceRepository(conn)
+            written = await repo.write_vectors(rows, vectors)
+            after = rows[-1][0]
+            await repo.advance(after)
+        embedded += written
+        skipped += len(rows) - written
+        if progress is not None:
+            progress(embedded + skipped, total)
+    async with engine.begin() as conn:
+        await EmbeddingSpaceRepository(conn).record(target)
+    return ReembedReport(target, True, embedded, skipped, start.resumed,
+                         time.monotonic() - started)
