@@ -90,6 +90,14 @@ class EmbeddingSpaceRepository:
             "vectors": [vector_text(v) for v in vectors]})
         return int(getattr(result, "rowcount", 0) or 0)
 
+    async def rebuild_vector_index(self) -> None:
+        """After every vector changed, on an autocommit connection: the HNSW graph built
+        again from the new vectors alone, then the table vacuumed and analysed. Otherwise
+        the old vectors' nodes stay in the graph until a vacuum, which pgvector's
+        documentation says is slow on HNSW unless the index is rebuilt first."""
+        await self._conn.execute(text("REINDEX INDEX ix_memories_embedding_hnsw"))
+        await self._conn.execute(text("VACUUM (ANALYZE) memories"))
+
     async def service_connections(self) -> list[tuple[str, int]]:
         rows = await self._conn.execute(text(SERVICE_CONNECTIONS))
         return [(row[0], int(row[1])) for row in rows]

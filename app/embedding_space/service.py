@@ -52,6 +52,8 @@ class ReembedReport:
     skipped: int
     resumed: bool
     seconds: float
+    # Of `seconds`, the vector index's rebuild and the table's vacuum at the end.
+    rebuild_seconds: float = 0.0
 
 
 async def reembed(engine: AsyncEngine, embedder: Embedder, *, batch_size: int = 256,
@@ -92,7 +94,13 @@ async def reembed(engine: AsyncEngine, embedder: Embedder, *, batch_size: int = 
         skipped += len(rows) - written
         if progress is not None:
             progress(embedded + skipped, total)
+    # Still before the model is recorded: cut short here, a second run rebuilds again.
+    rebuilding = time.monotonic()
+    async with engine.connect() as conn:
+        autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        await EmbeddingSpaceRepository(autocommit).rebuild_vector_index()
+    rebuilt = time.monotonic() - rebuilding
     async with engine.begin() as conn:
         await EmbeddingSpaceRepository(conn).record(target)
     return ReembedReport(target, True, embedded, skipped, start.resumed,
-                         time.monotonic() - started)
+                         time.monotonic() - started, rebuilt)

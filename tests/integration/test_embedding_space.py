@@ -5,6 +5,7 @@ runs. Each test has a database of its own: the space is one row for a whole data
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
@@ -112,6 +113,12 @@ async def stored_vectors(own: Resources) -> dict[str, tuple[str, np.ndarray]]:
             for r in rows}
 
 
+async def hnsw_file(own: Resources) -> int:
+    async with own.engine.connect() as conn:
+        return int((await conn.execute(text(
+            "SELECT pg_relation_filenode('ix_memories_embedding_hnsw')"))).scalar() or 0)
+
+
 async def test_the_first_start_records_the_model_and_later_ones_keep_it(
         own_db: Resources) -> None:
     await check_on_start(own_db.engine, own_db.embedder)
@@ -205,8 +212,17 @@ async def test_an_interrupted_reembedding_goes_on_where_it_stopped(
         with pytest.raises(VectorSpaceMismatch, match="was left unfinished"):
             await check_on_start(own_db.engine, configured)
 
+    index_file = await hnsw_file(own_db)
     finishing = OtherModel()
     report = await reembed(own_db.engine, finishing, batch_size=2)
+
+    # The vector index was built again, then the table vacuumed.
+    assert await hnsw_file(own_db) != index_file
+    async with own_db.engine.connect() as conn:
+        assert (await conn.execute(text(
+            "SELECT last_vacuum IS NOT NULL FROM pg_stat_user_tables "
+            "WHERE relname = 'memories'"))).scalar() is True
+    assert 0 < report.rebuild_seconds < report.seconds
 
     assert (report.embedded, report.resumed) == (4, True)
     assert finishing.batches == [[by_id[2][1][0], by_id[3][1][0]],
@@ -269,7 +285,8 @@ async def test_the_command_reembeds_once_and_refuses_beside_the_service(
     done = await cli(url, "reembed", "--batch-size", "2")
 
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith(f"re-embedded 3 memories with {HASH} in ")
+    assert re.fullmatch(rf"re-embedded 3 memories with {HASH} in \d+\.\d s \(the vector "
+                        r"index rebuilt in \d+\.\d\)\n", done.stdout), done.stdout
     assert "re-embedded 3 of 3" in done.stderr
     assert (await space_row(own_db))[:3] == (HASH, None, None)
     again = await cli(url, "reembed")
