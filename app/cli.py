@@ -190,7 +190,7 @@ async def _reembed(settings: Settings, args: argparse.Namespace) -> int:
     skipped = f", {report.skipped} changed meanwhile and left" if report.skipped else ""
     resumed = " (going on from an earlier pass)" if report.resumed else ""
     print(f"re-embedded {report.embedded} memories with {report.model}{resumed} in "
-          f"{report.seconds:.1f} s (the vector index rebuilt in {report.rebuild_seconds:.1f})"
+          f"{report.seconds:.1f} s (the vector index built in {report.index_seconds:.1f})"
           f"{skipped}")
     return 0
 

@@ -11,7 +11,7 @@ What it does:
    the command runs it) embedding --floor-rows of the same texts alone, in batches of
    --batch-size, in sentences/s.
 3. `app.embedding_space.service.reembed` with the local model, as the command runs it:
-   memories/s over the whole pass, and the end's index rebuild and vacuum apart.
+   memories/s over the whole pass, and the end's index build and vacuum apart.
 4. Checks the outcome: the space recorded as the local model's, and a stored vector
    equal (within halfvec's precision) to the model's vector of its text.
 
@@ -99,13 +99,13 @@ async def run(args: argparse.Namespace, cleanup: ing.Cleanup, res: dict[str, Any
         rate = report.embedded / report.seconds
         res["reembed"] = {
             "memories": report.embedded, "seconds": round(report.seconds, 1),
-            "rebuild_seconds": round(report.rebuild_seconds, 1),
+            "index_seconds": round(report.index_seconds, 1),
             "memories_per_s": round(rate, 1),
             "of_floor": round(rate / floor, 3),
         }
         ing.log(f"reembed: {report.embedded} memories in {report.seconds:.1f} s = {rate:.1f}/s "
-            f"({rate / floor:.0%} of E), of which the index rebuild and vacuum "
-            f"{report.rebuild_seconds:.1f} s")
+            f"({rate / floor:.0%} of E), of which the index build and vacuum "
+            f"{report.index_seconds:.1f} s")
 
         conn = await ing.connect(url)
         try:

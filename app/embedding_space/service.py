@@ -52,8 +52,8 @@ class ReembedReport:
     skipped: int
     resumed: bool
     seconds: float
-    # Of `seconds`, the vector index's rebuild and the table's vacuum at the end.
-    rebuild_seconds: float = 0.0
+    # Of `seconds`, the vector index's build and the table's vacuum at the end.
+    index_seconds: float = 0.0
 
 
 async def reembed(engine: AsyncEngine, embedder: Embedder, *, batch_size: int = 256,
@@ -76,6 +76,7 @@ async def reembed(engine: AsyncEngine, embedder: Embedder, *, batch_size: int = 
         if not start.needed:
             return ReembedReport(target, False, 0, 0, False, time.monotonic() - started)
         await repo.begin_target(target, start.after)
+        await repo.drop_vector_index()
         total = await repo.count_after(start.after)
     after, embedded, skipped = start.after, 0, 0
     while True:
@@ -94,13 +95,14 @@ async def reembed(engine: AsyncEngine, embedder: Embedder, *, batch_size: int = 
         skipped += len(rows) - written
         if progress is not None:
             progress(embedded + skipped, total)
-    # Still before the model is recorded: cut short here, a second run rebuilds again.
-    rebuilding = time.monotonic()
+    # Still before the model is recorded: cut short here, a second run builds it. No
+    # service runs without it meanwhile: none starts while the pass is unfinished.
+    indexing = time.monotonic()
     async with engine.connect() as conn:
         autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
-        await EmbeddingSpaceRepository(autocommit).rebuild_vector_index()
-    rebuilt = time.monotonic() - rebuilding
+        await EmbeddingSpaceRepository(autocommit).build_vector_index()
+    indexed = time.monotonic() - indexing
     async with engine.begin() as conn:
         await EmbeddingSpaceRepository(conn).record(target)
     return ReembedReport(target, True, embedded, skipped, start.resumed,
-                         time.monotonic() - started, rebuilt)
+                         time.monotonic() - started, indexed)
