@@ -107,11 +107,14 @@ class EmbeddingSpaceRepository:
         rebuilt first."""
         await self._conn.execute(text(f"DROP INDEX IF EXISTS {VECTOR_INDEX.name}"))
 
-    async def build_vector_index(self) -> None:
-        """After the pass, on an autocommit connection: the index as the schema defines
-        it (a no-op when it exists), then the table vacuumed and analysed (every row was
-        rewritten)."""
+    async def create_vector_index(self) -> None:
+        """The index as the schema defines it; a no-op when it exists."""
         await self._conn.execute(text(CREATE_VECTOR_INDEX))
+
+    async def build_vector_index(self) -> None:
+        """After the pass, on an autocommit connection: the index, then the table
+        vacuumed and analysed (every row was rewritten)."""
+        await self.create_vector_index()
         await self._conn.execute(text("VACUUM (ANALYZE) memories"))
 
     async def service_connections(self) -> list[tuple[str, int]]:

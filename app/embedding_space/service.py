@@ -37,6 +37,10 @@ async def check_on_start(engine: AsyncEngine, embedder: Embedder) -> None:
             raise VectorSpaceMismatch(decision.reason)
         if decision.action != "keep":
             await repo.record(configured)
+            if stored is not None and stored.target_model is not None:
+                # A pass left unfinished dropped the vector index; its memories are
+                # gone since (else the start is refused), so nothing is left to embed.
+                await repo.create_vector_index()
             log.info("stored vectors: %s (%s)", configured,
                      "recorded" if decision.action == "record" else "no memory held another's")
 

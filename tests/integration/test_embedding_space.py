@@ -155,6 +155,22 @@ async def test_without_memories_another_model_is_adopted(own_db: Resources) -> N
     assert (await space_row(own_db))[:3] == ("other-model", None, None)
 
 
+async def test_a_pass_left_unfinished_over_memories_since_deleted_gives_the_index_back(
+        own_db: Resources) -> None:
+    await check_on_start(own_db.engine, own_db.embedder)
+    await store(own_db, "one", "two", "three")
+    index = await vector_index(own_db)
+    with pytest.raises(RuntimeError, match="went away"):
+        await reembed(own_db.engine, OtherModel(fail_on=2), batch_size=2)
+    async with own_db.engine.begin() as conn:
+        await conn.execute(text("DELETE FROM memories"))
+
+    await check_on_start(own_db.engine, own_db.embedder)
+
+    assert (await space_row(own_db))[:3] == (HASH, None, None)
+    assert await vector_index(own_db) == index
+
+
 async def test_reembedding_moves_every_memory_to_the_real_model(own_db: Resources) -> None:
     await check_on_start(own_db.engine, own_db.embedder)
     facts = ["Maya adopted a grey cat called Pixel last spring",
