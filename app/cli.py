@@ -69,7 +69,8 @@ async def _database(settings: Settings) -> AsyncIterator[AsyncEngine]:
     url, embedded = await open_database(settings)
     engine = create_engine(url, settings, application_name="engram-cli")
     try:
-        await upgrade_to_head(engine)
+        await upgrade_to_head(
+            engine, lock_timeout_seconds=settings.migration_lock_timeout_seconds)
         yield engine
     finally:
         await engine.dispose()

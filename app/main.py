@@ -16,6 +16,7 @@ from app.embedding_space.service import VectorSpaceMismatch
 from app.errors import Problem, install_error_handlers
 from app.maintenance import start_maintenance
 from app.memories.router import router as memories_router
+from app.migrate import MigrationLockTimeout
 from app.resources import Resources, build_resources
 from app.search.router import router as search_router
 from app.service.metrics import MetricsMiddleware
@@ -60,7 +61,7 @@ def create_app(settings: Settings | None = None, resources: Resources | None = N
             return
         try:
             opened = await build_resources(settings)
-        except VectorSpaceMismatch as exc:
+        except (VectorSpaceMismatch, MigrationLockTimeout) as exc:
             # An operator's decision, not a fault: one line saying what to do, above
             # uvicorn's traceback.
             log.error("cannot start: %s", exc)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 from types import ModuleType
@@ -10,6 +11,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 log = logging.getLogger("engram.migrate")
@@ -70,12 +72,51 @@ async def require_vector_extension(engine: AsyncEngine) -> None:
         )
 
 
-async def upgrade_to_head(engine: AsyncEngine, revision: str = "head") -> None:
-    """Upgrade under an advisory lock, so replicas starting together migrate once."""
+class MigrationLockTimeout(RuntimeError):
+    """A migration could not take a table's lock: long transactions held it."""
+
+
+# SQLSTATE lock_not_available: a statement gave up waiting at lock_timeout.
+_LOCK_NOT_AVAILABLE = "55P03"
+
+
+async def upgrade_to_head(engine: AsyncEngine, revision: str = "head", *,
+                          lock_timeout_seconds: float = 10.0, attempts: int = 6,
+                          retry_delay_seconds: float = 2.0) -> None:
+    """Upgrade under an advisory lock, so replicas starting together migrate once.
+
+    A migration that alters a table waits for the transactions using it, and every
+    statement on that table then queues behind the migration: one long transaction of
+    an older replica in a rolling deploy would stall the whole fleet. So each attempt
+    waits at most `lock_timeout_seconds` for a table's lock (0: without end), rolls
+    back on giving up, and tries again later, the delay doubling, up to `attempts`.
+    The advisory lock itself is waited for without a bound: another replica may be
+    migrating for minutes (an index build).
+    """
     await require_vector_extension(engine)
-    async with engine.begin() as conn:
-        await conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": MIGRATION_LOCK_ID})
-        await conn.run_sync(_upgrade, revision)
+    for attempt in range(1, attempts + 1):
+        try:
+            async with engine.begin() as conn:
+                await conn.execute(text("SELECT pg_advisory_xact_lock(:id)"),
+                                   {"id": MIGRATION_LOCK_ID})
+                await conn.execute(text("SELECT set_config('lock_timeout', :ms, true)"),
+                                   {"ms": f"{round(lock_timeout_seconds * 1000)}ms"})
+                await conn.run_sync(_upgrade, revision)
+            return
+        except DBAPIError as exc:
+            if getattr(exc.orig, "sqlstate", None) != _LOCK_NOT_AVAILABLE:
+                raise
+            if attempt == attempts:
+                raise MigrationLockTimeout(
+                    f"a migration waited {lock_timeout_seconds:g} s for a table's lock "
+                    f"{attempts} times and gave up; long transactions hold it (see "
+                    "pg_stat_activity). Nothing was changed; start again once they end"
+                ) from exc
+            delay = min(30.0, retry_delay_seconds * 2 ** (attempt - 1))
+            log.warning("a migration waited %g s for a table's lock (attempt %d of %d); "
+                        "rolled back, trying again in %g s", lock_timeout_seconds, attempt,
+                        attempts, delay)
+            await asyncio.sleep(delay)
 
 
 async def downgrade(engine: AsyncEngine, revision: str) -> None:

@@ -98,7 +98,8 @@ async def build_resources(settings: Settings, *, migrate: bool = True) -> Resour
     embedder: Embedder | None = None
     try:
         if migrate:
-            await upgrade_to_head(engine)
+            await upgrade_to_head(
+                engine, lock_timeout_seconds=settings.migration_lock_timeout_seconds)
         embedder = build_embedder(settings)
         load = getattr(embedder, "load", None)
         if load is not None:

@@ -44,6 +44,10 @@ class Settings(BaseSettings):
     # a server that vanished (a failover) is then noticed in this time instead of
     # TCP's ~15 minutes. 0 leaves the OS's defaults. Not used over a Unix socket.
     db_tcp_timeout_seconds: int = Field(default=30, ge=0, le=3600)
+    # How long a migration at start waits for a table's lock before it rolls back and
+    # tries again later (app/migrate.py); 0 waits without end. Bounds how long one long
+    # transaction of an older replica can stall every statement behind a migration.
+    migration_lock_timeout_seconds: float = Field(default=10.0, ge=0, le=3600)
     # Embedded PostgreSQL sizing; None means "derive from this machine's memory".
     embedded_shared_buffers_mb: int | None = Field(default=None, ge=16)
     embedded_maintenance_work_mem_mb: int | None = Field(default=None, ge=16)

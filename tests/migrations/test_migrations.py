@@ -3,7 +3,9 @@ upgrade again, and autogenerate finds no difference between the models and the s
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 import uuid
 from collections.abc import AsyncIterator
 from datetime import date, datetime, timedelta, timezone
@@ -25,7 +27,14 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from app.migrate import current_revisions, downgrade, head_revision, upgrade_to_head
+from app.migrate import (
+    MIGRATION_LOCK_ID,
+    MigrationLockTimeout,
+    current_revisions,
+    downgrade,
+    head_revision,
+    upgrade_to_head,
+)
 from app.models import DEFAULT_TENANT_ID, Base, Tenant
 from tests.conftest import fresh_database
 
@@ -105,6 +114,66 @@ async def test_upgrading_twice_is_a_no_op(fresh_engine: AsyncEngine) -> None:
             select(func.count()).select_from(Tenant).where(Tenant.id == DEFAULT_TENANT_ID)
         )
     assert count == 1
+
+
+async def test_a_migration_gives_up_a_held_table_lock_and_changes_nothing(
+        fresh_engine: AsyncEngine, caplog: pytest.LogCaptureFixture) -> None:
+    await upgrade_to_head(fresh_engine, "0018")
+    # An open write transaction on memories, as an older replica's during a rolling
+    # deploy: 0019's index build must wait for it.
+    async with fresh_engine.connect() as holder:
+        await holder.execute(text("LOCK TABLE memories IN ROW EXCLUSIVE MODE"))
+        started = time.monotonic()
+
+        with pytest.raises(MigrationLockTimeout, match=r"waited 0\.3 s for a table's lock "
+                                                        r"3 times and gave up"):
+            await upgrade_to_head(fresh_engine, lock_timeout_seconds=0.3, attempts=3,
+                                  retry_delay_seconds=0.1)
+
+        # Three waits of 0.3 s and two pauses (0.1, 0.2), not a wait without end.
+        assert time.monotonic() - started < 5
+        assert await current_revisions(fresh_engine) == {"0018"}
+        assert [r.message for r in caplog.records if "trying again" in r.message] == [
+            "a migration waited 0.3 s for a table's lock (attempt 1 of 3); rolled back, "
+            "trying again in 0.1 s",
+            "a migration waited 0.3 s for a table's lock (attempt 2 of 3); rolled back, "
+            "trying again in 0.2 s"]
+    await upgrade_to_head(fresh_engine, lock_timeout_seconds=0.3)
+    assert await current_revisions(fresh_engine) == {head_revision()}
+
+
+async def test_a_migration_goes_on_once_the_lock_is_released(
+        fresh_engine: AsyncEngine) -> None:
+    await upgrade_to_head(fresh_engine, "0018")
+    async with fresh_engine.connect() as holder:
+        await holder.execute(text("LOCK TABLE memories IN ROW EXCLUSIVE MODE"))
+        release = asyncio.get_running_loop().call_later(
+            0.5, lambda: asyncio.ensure_future(holder.rollback()))
+        try:
+            await upgrade_to_head(fresh_engine, lock_timeout_seconds=0.2, attempts=6,
+                                  retry_delay_seconds=0.1)
+        finally:
+            release.cancel()
+
+    assert await current_revisions(fresh_engine) == {head_revision()}
+
+
+async def test_the_replicas_lock_is_waited_for_without_the_bound(
+        fresh_engine: AsyncEngine) -> None:
+    # Another replica migrating (for longer than the lock timeout) is waited for.
+    async with fresh_engine.connect() as other_replica:
+        await other_replica.execute(text("SELECT pg_advisory_xact_lock(:id)"),
+                                    {"id": MIGRATION_LOCK_ID})
+        finish = asyncio.get_running_loop().call_later(
+            0.8, lambda: asyncio.ensure_future(other_replica.commit()))
+        started = time.monotonic()
+        try:
+            await upgrade_to_head(fresh_engine, lock_timeout_seconds=0.2, attempts=1)
+        finally:
+            finish.cancel()
+
+    assert time.monotonic() - started >= 0.7
+    assert await current_revisions(fresh_engine) == {head_revision()}
 
 
 async def test_autogenerate_finds_no_difference(fresh_engine: AsyncEngine) -> None:

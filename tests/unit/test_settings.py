@@ -39,6 +39,7 @@ def test_defaults() -> None:
     assert settings.search_min_similarity is None
     assert settings.min_similarity == 0.25
     assert settings.db_tcp_timeout_seconds == 30
+    assert settings.migration_lock_timeout_seconds == 10.0
     assert settings.startup_problem() is None
 
 
