@@ -154,15 +154,13 @@ async def _tenants(settings: Settings, args: argparse.Namespace) -> int:
 
 async def _reembed(settings: Settings, args: argparse.Namespace) -> int:
     from app.embedding_space.service import ServiceRunning, reembed
-    from app.providers.embedder import build_embedder
+    from app.providers.embedder import build_embedder, load_embedder
 
     # The service is stopped, so the local model may take every core: with two, the pass
     # runs ~1.5x faster than on the service's one thread (bench/reembed.py).
     cores = min(64, max(settings.embedder_threads, os.cpu_count() or 1))
     embedder = build_embedder(settings.model_copy(update={"embedder_threads": cores}))
-    load = getattr(embedder, "load", None)
-    if load is not None:
-        await load()
+    await load_embedder(embedder)
     shown = [time.monotonic()]
 
     def progress(done: int, total: int) -> None:

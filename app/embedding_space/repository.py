@@ -41,22 +41,17 @@ class EmbeddingSpaceRepository:
     def __init__(self, conn: AsyncConnection) -> None:
         self._conn = conn
 
-    async def read(self, *, for_update: bool = False) -> StoredSpace | None:
-        lock = " FOR UPDATE" if for_update else ""
-        row = (await self._conn.execute(text(
-            f"SELECT model, target_model, target_after FROM embedding_space{lock}"))).first()
-        return StoredSpace(row[0], row[1], row[2]) if row else None
-
     async def lock_row(self) -> StoredSpace | None:
         """The row, locked for the transaction, or None when no model was recorded yet. A
         missing row is inserted first with an empty model (none known), so two starts at
         once wait for each other instead of racing to insert."""
         await self._conn.execute(text(
             "INSERT INTO embedding_space (model) VALUES ('') ON CONFLICT DO NOTHING"))
-        stored = await self.read(for_update=True)
-        if stored is None or (stored.model == "" and stored.target_model is None):
+        row = (await self._conn.execute(text(
+            "SELECT model, target_model, target_after FROM embedding_space FOR UPDATE"))).one()
+        if row[0] == "" and row[1] is None:
             return None
-        return stored
+        return StoredSpace(row[0], row[1], row[2])
 
     async def record(self, model: str) -> None:
         await self._conn.execute(text(

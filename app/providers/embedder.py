@@ -32,6 +32,14 @@ class Embedder(Protocol):
     async def aclose(self) -> None: ...
 
 
+async def load_embedder(embedder: Embedder) -> None:
+    """Make it ready to embed: the local model loads its weights (not part of the
+    protocol: the other embedders have nothing to load)."""
+    load = getattr(embedder, "load", None)
+    if load is not None:
+        await load()
+
+
 def build_embedder(settings: Settings) -> Embedder:
     if settings.embedder == "hash":
         from app.providers.hash_embedder import HashEmbedder
