@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -135,9 +136,18 @@ async def _dead_peer(relay: Path, tcp_seconds: int, path: str, give_up: float) -
     return result
 
 
-@pytest.mark.skipif(reason := _namespaces_available(), reason=reason or "")
+NO_NAMESPACES = _namespaces_available()
+# .ci/run sets it: there a machine without namespaces fails the test instead of skipping
+# it, so CI never passes without having run it. Elsewhere (a laptop without user
+# namespaces) the skip names what is missing.
+NAMESPACES_REQUIRED = os.environ.get("CI_REQUIRE_NETNS") == "1"
+
+
+@pytest.mark.skipif(bool(NO_NAMESPACES) and not NAMESPACES_REQUIRED,
+                    reason=f"{NO_NAMESPACES} (CI_REQUIRE_NETNS=1 makes this a failure)")
 async def test_a_statement_on_a_vanished_server_fails_in_about_the_timeout(
         database_url: str) -> None:
+    assert NO_NAMESPACES is None, NO_NAMESPACES
     # The namespace's root may not enter the embedded server's data directory (its
     # owner is not mapped there), so the server is reached through a relay here.
     with tempfile.TemporaryDirectory(prefix="engram-relay-") as folder:
