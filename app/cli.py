@@ -67,7 +67,7 @@ async def _database(settings: Settings) -> AsyncIterator[AsyncEngine]:
     from app.resources import open_database
 
     url, embedded = await open_database(settings)
-    engine = create_engine(url, settings, application_name="engram-cli")
+    engine = create_engine(url, settings, application_name="engram-cli", bounded=False)
     try:
         await upgrade_to_head(
             engine, lock_timeout_seconds=settings.migration_lock_timeout_seconds)

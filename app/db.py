@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
-from app import db_tcp
+from app import db_tcp, db_timeout
 from app.settings import Settings
 
 CONNECT_TIMEOUT_SECONDS = 10
@@ -52,22 +52,30 @@ def server_settings(settings: Settings) -> dict[str, str]:
     }
 
 
-def create_engine(url: str, settings: Settings, application_name: str = "engram") -> AsyncEngine:
+def create_engine(url: str, settings: Settings, application_name: str = "engram", *,
+                  bounded: bool = True) -> AsyncEngine:
     """The engine; `application_name` is how its connections show in pg_stat_activity
-    (the CLI's say `engram-cli`, which a re-embedding tells from the service's)."""
+    (the CLI's say `engram-cli`, which a re-embedding tells from the service's). Its
+    statements are bounded by `db_statement_timeout_seconds` unless not `bounded`: the
+    migrations and the CLI's commands may build an index for minutes."""
+    timeout = settings.db_statement_timeout_seconds if bounded else 0.0
+    connect_args: dict[str, Any] = {
+        "server_settings": {**server_settings(settings), **db_timeout.server_settings(timeout),
+                            "application_name": application_name},
+        "timeout": CONNECT_TIMEOUT_SECONDS,
+    }
+    if (client_timeout := db_timeout.client_timeout(timeout)) is not None:
+        connect_args["command_timeout"] = client_timeout
     engine = create_async_engine(
         url,
         pool_size=settings.db_pool_size,
         max_overflow=settings.db_max_overflow,
         pool_timeout=settings.db_pool_timeout_seconds,
         pool_pre_ping=True,
-        connect_args={
-            "server_settings": {**server_settings(settings),
-                                "application_name": application_name},
-            "timeout": CONNECT_TIMEOUT_SECONDS,
-        },
+        connect_args=connect_args,
     )
     db_tcp.install(engine, settings.db_tcp_timeout_seconds)
+    db_timeout.install(engine, timeout)
     return engine
 
 

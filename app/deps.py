@@ -31,8 +31,8 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
         409: "Conflict",
         422: "Invalid input; `errors` names each bad field",
         502: "An upstream provider failed",
-        503: "The database or a provider is unavailable, or every database connection "
-             "stayed busy (Retry-After)",
+        503: "The database or a provider is unavailable, every database connection "
+             "stayed busy, or a database statement ran past its time (Retry-After)",
         504: "An upstream provider did not answer in time",
     }
     wanted = {401, 422, 503, *statuses}

@@ -99,6 +99,32 @@ def pool_wait_expired(seconds: float) -> DatabaseBusy:
     return DatabaseBusy(f"no database connection was free within {seconds:g} s; retry later")
 
 
+class DatabaseTimeout(AppError):
+    """A statement ran past `db_statement_timeout_seconds` (app/db_timeout.py): the
+    database is stuck or overloaded, so the client is told to come back."""
+
+    status, code, title = 503, "database_timeout", "Database timeout"
+    retry_after = 1
+
+
+def statement_timed_out(seconds: float) -> DatabaseTimeout:
+    return DatabaseTimeout(
+        f"a database statement did not finish within {seconds:g} s; retry later")
+
+
+# SQLSTATE query_canceled: the server's statement_timeout (or pg_cancel_backend).
+_QUERY_CANCELED = "57014"
+
+
+def _is_statement_timeout(exc: BaseException) -> bool:
+    """A statement the server cancelled (asyncpg's error, or SQLAlchemy's around it), or
+    one whose answer asyncpg stopped waiting for (a bare TimeoutError: the engine's
+    pre-ping, which SQLAlchemy does not pass through its error events)."""
+    orig = getattr(exc, "orig", exc)
+    return (isinstance(exc, asyncpg.QueryCanceledError | TimeoutError)
+            or getattr(orig, "sqlstate", None) == _QUERY_CANCELED)
+
+
 def problem_response(
     status: int,
     code: str,
@@ -234,6 +260,11 @@ def install_error_handlers(app: FastAPI) -> None:
                         request.url.path, exc)
             return await _app_error(request, pool_wait_expired(
                 request.app.state.resources.settings.db_pool_timeout_seconds))
+        if _is_statement_timeout(exc):
+            log.warning("database statement timed out during %s %s (%s: %s)",
+                        request.method, request.url.path, type(exc).__name__, exc)
+            return await _app_error(request, statement_timed_out(
+                request.app.state.resources.settings.db_statement_timeout_seconds))
         if _is_connection_failure(exc):
             log.warning("database unreachable during %s %s: %s", request.method,
                         request.url.path, exc)

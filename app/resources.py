@@ -92,14 +92,24 @@ async def open_database(settings: Settings) -> tuple[str, EmbeddedPostgres | Non
     return embedded.url, embedded
 
 
+async def _migrate(url: str, settings: Settings) -> None:
+    """Upgrade on connections of their own: a migration's index build may run for
+    minutes, past the requests' statement timeout."""
+    engine = create_engine(url, settings, bounded=False)
+    try:
+        await upgrade_to_head(
+            engine, lock_timeout_seconds=settings.migration_lock_timeout_seconds)
+    finally:
+        await engine.dispose()
+
+
 async def build_resources(settings: Settings, *, migrate: bool = True) -> Resources:
     url, embedded = await open_database(settings)
     engine = create_engine(url, settings)
     embedder: Embedder | None = None
     try:
         if migrate:
-            await upgrade_to_head(
-                engine, lock_timeout_seconds=settings.migration_lock_timeout_seconds)
+            await _migrate(url, settings)
         embedder = build_embedder(settings)
         await load_embedder(embedder)
         # Before anything is served: a search over another model's vectors would answer

@@ -44,6 +44,11 @@ class Settings(BaseSettings):
     # a server that vanished (a failover) is then noticed in this time instead of
     # TCP's ~15 minutes. 0 leaves the OS's defaults. Not used over a Unix socket.
     db_tcp_timeout_seconds: int = Field(default=30, ge=0, le=3600)
+    # How long one statement of the service's may run before the server cancels it
+    # and the request answers 503 (database_timeout, Retry-After); a server that does
+    # not answer at all is given up on a little later (app/db_timeout.py). 0: no bound.
+    # The CLI's commands (migrations, re-embedding) are never bounded.
+    db_statement_timeout_seconds: float = Field(default=30.0, ge=0, le=3600)
     # How long a migration at start waits for a table's lock before it rolls back and
     # tries again later (app/migrate.py); 0 waits without end. Bounds how long one long
     # transaction of an older replica can stall every statement behind a migration.

@@ -91,7 +91,7 @@ async def run(args: argparse.Namespace, cleanup: ing.Cleanup, res: dict[str, Any
             f"{floor:.1f} sentences/s")
 
         engine = create_engine(url, Settings(database_url=url, _env_file=None),
-                               application_name="engram-cli")
+                               application_name="engram-cli", bounded=False)
         try:
             report = await reembed(engine, model, batch_size=args.batch_size)
         finally:

@@ -154,6 +154,23 @@ async def other_tenant(resources: Resources) -> TenantKey:
     return await create_tenant_key(resources)
 
 
+@asynccontextmanager
+async def reconfigured(resources: Resources, database_url: str,
+                       **overrides: Any) -> AsyncIterator[Resources]:
+    """The suite's database behind pools of its own, with `overrides` to the settings
+    (the pools and the engine closed after)."""
+    settings = resources.settings.model_copy(update=overrides)
+    engine = create_engine(database_url, settings)
+    res = Resources(settings, engine, create_sessionmaker(engine), resources.embedder)
+    try:
+        yield res
+    finally:
+        for reader in (res.reader, res.reads):
+            if reader is not None:
+                await reader.close()
+        await engine.dispose()
+
+
 def make_client(resources: Resources, headers: dict[str, str] | None = None) -> httpx.AsyncClient:
     app = create_app(resources.settings, resources)
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)

@@ -22,9 +22,9 @@ from typing import Any
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app import db_tcp
+from app import db_tcp, db_timeout
 from app.db import CONNECT_TIMEOUT_SECONDS, asyncpg_dsn, server_settings
-from app.errors import pool_wait_expired
+from app.errors import pool_wait_expired, statement_timed_out
 from app.settings import Settings
 
 log = logging.getLogger("engram.search")
@@ -67,25 +67,29 @@ class SearchReader:
     """An asyncpg pool on the engine's database, for the search statements and the other
     single read statements on every request's path (the API key lookup): a Fetcher."""
 
-    def __init__(self, pool: Any, wait_seconds: float) -> None:
+    def __init__(self, pool: Any, wait_seconds: float, statement_seconds: float = 0.0) -> None:
         self._pool = pool
         self._wait = wait_seconds
+        self._statement_seconds = statement_seconds
 
     @classmethod
     async def open(cls, engine: AsyncEngine, settings: Settings,
                    session_settings: dict[str, str] | None = None) -> SearchReader:
         """A pool whose connections start with `session_settings` (the search's, unless
         given: the memory endpoints' reads pass `memory_read_settings`)."""
+        bound = settings.db_statement_timeout_seconds
         pool = await asyncpg.create_pool(
             asyncpg_dsn(engine),
             min_size=1,
             max_size=settings.db_pool_size,
             timeout=CONNECT_TIMEOUT_SECONDS,
-            server_settings=session_settings or search_server_settings(settings),
+            command_timeout=db_timeout.client_timeout(bound),
+            server_settings={**(session_settings or search_server_settings(settings)),
+                             **db_timeout.server_settings(bound)},
             reset=_keep_session,
             init=db_tcp.pool_init(settings.db_tcp_timeout_seconds),
         )
-        return cls(pool, settings.db_pool_timeout_seconds)
+        return cls(pool, settings.db_pool_timeout_seconds, bound)
 
     async def fetch(self, query: str, *args: Any) -> Sequence[Sequence[Any]]:
         try:
@@ -107,6 +111,11 @@ class SearchReader:
             raise pool_wait_expired(self._wait) from exc
         try:
             rows: Sequence[Sequence[Any]] = await connection.fetch(query, *args)
+        except TimeoutError as exc:
+            # The server did not answer (it would have cancelled the statement itself
+            # first): the connection still waits for that answer, so it is not reused.
+            connection.terminate()
+            raise statement_timed_out(self._statement_seconds) from exc
         finally:
             await self._pool.release(connection)
         return rows

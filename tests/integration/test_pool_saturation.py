@@ -11,26 +11,17 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from app.db import create_engine, create_sessionmaker
 from app.resources import Resources
 from app.search.reader import SearchReader
-from tests.conftest import TenantKey, make_client
+from tests.conftest import TenantKey, make_client, reconfigured
 
 
 @pytest.fixture
 async def one_connection(resources: Resources, database_url: str) -> AsyncIterator[Resources]:
     """The suite's database behind pools of one connection each, waited for 0.3 s."""
-    settings = resources.settings.model_copy(update={
-        "db_pool_size": 1, "db_max_overflow": 0, "db_pool_timeout_seconds": 0.3})
-    engine = create_engine(database_url, settings)
-    res = Resources(settings, engine, create_sessionmaker(engine), resources.embedder)
-    try:
+    async with reconfigured(resources, database_url, db_pool_size=1, db_max_overflow=0,
+                            db_pool_timeout_seconds=0.3) as res:
         yield res
-    finally:
-        for reader in (res.reader, res.reads):
-            if reader is not None:
-                await reader.close()
-        await engine.dispose()
 
 
 def assert_busy(resp: httpx.Response) -> None:
