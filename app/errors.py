@@ -112,17 +112,25 @@ def statement_timed_out(seconds: float) -> DatabaseTimeout:
         f"a database statement did not finish within {seconds:g} s; retry later")
 
 
-# SQLSTATE query_canceled: the server's statement_timeout (or pg_cancel_backend).
+# SQLSTATE query_canceled: the server's statement_timeout, or pg_cancel_backend.
 _QUERY_CANCELED = "57014"
 
 
-def _is_statement_timeout(exc: BaseException) -> bool:
-    """A statement the server cancelled (asyncpg's error, or SQLAlchemy's around it), or
-    one whose answer asyncpg stopped waiting for (a bare TimeoutError: the engine's
-    pre-ping, which SQLAlchemy does not pass through its error events)."""
+def _statement_cut(exc: BaseException, seconds: float) -> DatabaseTimeout | None:
+    """The answer for a statement the server cancelled (asyncpg's error, or SQLAlchemy's
+    around it) or whose answer asyncpg stopped waiting for (a bare TimeoutError: the
+    engine's pre-ping, which SQLAlchemy does not pass through its error events); None
+    for any other error."""
+    if isinstance(exc, TimeoutError):
+        return statement_timed_out(seconds)
     orig = getattr(exc, "orig", exc)
-    return (isinstance(exc, asyncpg.QueryCanceledError | TimeoutError)
-            or getattr(orig, "sqlstate", None) == _QUERY_CANCELED)
+    if not (isinstance(exc, asyncpg.QueryCanceledError)
+            or getattr(orig, "sqlstate", None) == _QUERY_CANCELED):
+        return None
+    if "user request" in str(exc):  # the server's words for pg_cancel_backend
+        return DatabaseTimeout("a database statement was cancelled on the server "
+                               "(pg_cancel_backend); retry later")
+    return statement_timed_out(seconds)
 
 
 def problem_response(
@@ -260,11 +268,12 @@ def install_error_handlers(app: FastAPI) -> None:
                         request.url.path, exc)
             return await _app_error(request, pool_wait_expired(
                 request.app.state.resources.settings.db_pool_timeout_seconds))
-        if _is_statement_timeout(exc):
-            log.warning("database statement timed out during %s %s (%s: %s)",
+        cut = _statement_cut(
+            exc, request.app.state.resources.settings.db_statement_timeout_seconds)
+        if cut is not None:
+            log.warning("database statement cut during %s %s (%s: %s)",
                         request.method, request.url.path, type(exc).__name__, exc)
-            return await _app_error(request, statement_timed_out(
-                request.app.state.resources.settings.db_statement_timeout_seconds))
+            return await _app_error(request, cut)
         if _is_connection_failure(exc):
             log.warning("database unreachable during %s %s: %s", request.method,
                         request.url.path, exc)

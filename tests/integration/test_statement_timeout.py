@@ -6,6 +6,7 @@ instead of waiting without end, changes nothing, and the service goes on afterwa
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -198,3 +199,39 @@ async def test_a_zero_bound_leaves_statements_unbounded(
     assert raw is not None
     assert raw._config.command_timeout is None
 
+
+
+async def test_a_statement_cancelled_by_an_operator_answers_503_saying_so(
+    resources: Resources, database_url: str, tenant: TenantKey,
+) -> None:
+    """pg_cancel_backend on a request's statement (the same SQLSTATE as the timeout)."""
+    async with (
+        reconfigured(resources, database_url, db_pool_size=1, db_max_overflow=0,
+                     db_statement_timeout_seconds=30) as res,
+        make_client(res, tenant.headers) as client,
+        memories_locked(resources),
+    ):
+        stuck = asyncio.ensure_future(client.post("/v1/memories", json={"content": "cancelled"}))
+        waiting = await waiting_for_a_lock(resources)
+        async with resources.engine.connect() as conn:
+            await conn.execute(text("SELECT pg_cancel_backend(:p)"), {"p": waiting})
+        resp = await stuck
+
+    assert resp.status_code == 503, resp.text
+    assert resp.headers["retry-after"] == "1"
+    assert resp.json()["detail"] == ("a database statement was cancelled on the server "
+                                     "(pg_cancel_backend); retry later")
+    assert await count_memories(resources, tenant) == 0
+
+
+async def waiting_for_a_lock(resources: Resources) -> int:
+    """The backend of the one statement waiting for `memories_locked`'s lock."""
+    for _ in range(200):
+        async with resources.engine.connect() as conn:
+            pid = await conn.scalar(text(
+                "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND query ILIKE 'INSERT INTO memories%'"))
+        if pid is not None:
+            return int(pid)
+        await asyncio.sleep(0.05)
+    raise AssertionError("no statement came to wait for the lock")
