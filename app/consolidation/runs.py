@@ -33,6 +33,7 @@ from app.errors import Conflict
 from app.ids import uuid7
 from app.models import ConsolidationRun
 from app.resources import Resources
+from app.service import request_id
 from app.service.metrics import CONSOLIDATION_RUNS
 
 log = logging.getLogger("engram.consolidation")
@@ -256,6 +257,7 @@ def run_values(request: ConsolidationRequest, composition: Composition, key: int
         "trigger": trigger, "request": request.model_dump(mode="json", by_alias=True),
         "composition": composition_record(composition), "lock_key": key, "lock_pid": pid,
         "started_at": func.now() if pid is not None else None,
+        "request_id": request_id.current(),
     }
 
 

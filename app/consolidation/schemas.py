@@ -161,6 +161,12 @@ class ConsolidationResult(BaseModel):
     finished_at: datetime | None
     reverted_at: datetime | None = None
     error: str | None
+    request_id: str | None = Field(
+        default=None,
+        description="The `X-Request-ID` the run was started under: the request's that "
+                    "started it; for an automatic run, its job's (`<id of the write that "
+                    "queued it>.job-<n>`). The run's log lines carry it. Null for runs "
+                    "recorded before the service kept it.")
 
 
 class ConsolidationPage(BaseModel):

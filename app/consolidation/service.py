@@ -69,7 +69,7 @@ def to_result(run: ConsolidationRun) -> ConsolidationResult:
         trigger=run.trigger,
         timings=ConsolidationTimings.model_validate(run.timings),
         created_at=run.created_at, started_at=run.started_at, finished_at=run.finished_at,
-        reverted_at=run.reverted_at, error=run.error,
+        reverted_at=run.reverted_at, error=run.error, request_id=run.request_id,
     )
 
 

@@ -66,6 +66,8 @@ class ConsolidationRun(Base):
     # marked running whose holder no longer holds the lock was cut off by a crash.
     lock_key: Mapped[int] = mapped_column(BigInteger)
     lock_pid: Mapped[int | None] = mapped_column(Integer)
+    # The X-Request-ID the run was started under (app/service/request_id.py).
+    request_id: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True),
                                                  server_default=func.now())
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
@@ -64,10 +65,16 @@ async def test_every_nth_write_in_a_scope_runs_a_synthesize_only_consolidation(
         await asyncio.sleep(0.2)
         assert (await auto_client.get("/v1/consolidations")).json()["items"] == []
 
-        ids += await seed(auto_client, [memory("note 2", 2)])
+        third = await auto_client.post("/v1/memories/batch",
+                                       json={"items": [memory("note 2", 2)]},
+                                       headers={"X-Request-ID": "write-3"})
+        assert third.status_code == 201, third.text
+        ids += [m["id"] for m in third.json()["items"]]
 
         run = await wait_for_auto_run(auto_client)
         assert (run["trigger"], run["status"]) == ("auto", "succeeded")
+        # Started by the job the third write queued: the job's id, after the write's.
+        assert re.fullmatch(r"write-3\.job-[0-9]+", run["request_id"]), run["request_id"]
         assert run["request"]["mode"] == "synthesize_only"
         assert run["request"]["user_id"] == "u1"
         for trigger, ids_listed in (("auto", [run["id"]]), ("api", [])):

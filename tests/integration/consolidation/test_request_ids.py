@@ -1,6 +1,7 @@
 """A consolidation run made in a request passes the request's X-Request-ID on to the LLM,
 so the LLM endpoint's logs lead back to the call that caused them; an async run's job
-runs under that id followed by its own."""
+runs under that id followed by its own. The run's record keeps the id it started
+under."""
 
 from __future__ import annotations
 
@@ -29,6 +30,10 @@ async def test_the_llm_calls_of_a_run_carry_the_requests_id(
     assert resp.json()["groups"][0]["mode"] == "llm_synthesis"
     assert llm_server.requests
     assert {r.request_id for r in llm_server.requests} == {"trace-llm-1"}
+    # The run's record names the id, so its log lines can be found from it.
+    assert resp.json()["request_id"] == "trace-llm-1"
+    stored = await llm_client.get(f"/v1/consolidations/{resp.json()['id']}")
+    assert stored.json()["request_id"] == "trace-llm-1"
 
 
 async def test_an_async_runs_llm_calls_carry_the_queuing_requests_id_and_the_jobs(
@@ -44,11 +49,14 @@ async def test_an_async_runs_llm_calls_carry_the_queuing_requests_id_and_the_job
             "/v1/consolidations", json={"user_id": "u1", "strategy": "llm", "async": True},
             headers={"X-Request-ID": "trace-async-1"})
         assert resp.status_code == 202, resp.text
+        assert resp.json()["request_id"] == "trace-async-1"
         run = await wait_for_run(llm_client, resp.json()["id"])
     finally:
         await worker.stop()
 
     assert run["status"] == "succeeded"
+    # The queuing request's id, which the job's own id starts with.
+    assert run["request_id"] == "trace-async-1"
     assert llm_server.requests
     (sent,) = {r.request_id for r in llm_server.requests}
     assert sent is not None
