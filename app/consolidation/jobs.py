@@ -14,10 +14,13 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
+from pydantic import ValidationError
+
 from app.consolidation.auto import AUTO_JOB
 from app.consolidation.runs import RUN_JOB, ConsolidationRunner, ScopeBusy
 from app.consolidation.schemas import ConsolidationRequest
 from app.consolidation.service import compose
+from app.consolidation.stored import NewerRun, request_to_run
 from app.errors import ValidationFailed
 from app.worker.registry import JobContext, JobRegistry, RetryLater
 
@@ -59,8 +62,18 @@ async def _run_queued(context: JobContext, runner: ConsolidationRunner,
         await runner.settle_started(run)
         return
     try:
-        composition = compose(ConsolidationRequest.model_validate(run.request),
-                              context.resources)
+        composition = compose(request_to_run(run.request), context.resources)
+    except NewerRun as newer:
+        # Queued by a newer replica during a rolling deploy: one of those runs it.
+        reason = f"queued by a newer version of the service; this one does not know {newer}"
+        if context.attempt >= BUSY_RETRIES:
+            await runner.give_up(run_id, f"{reason}, and no replica that does took it")
+            return
+        raise RetryLater(_busy_delay(context.attempt), reason) from newer
+    except ValidationError as exc:  # stored by an older version, and no migration read it
+        await runner.give_up(run_id, "its stored request no longer reads: " + "; ".join(
+            f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())[:900])
+        return
     except ValidationFailed as exc:  # the settings changed since it was queued
         await runner.give_up(run_id, exc.detail)
         return

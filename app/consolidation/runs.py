@@ -27,6 +27,7 @@ from app.consolidation.repository import (
     fail_never_started,
 )
 from app.consolidation.schemas import ConsolidationGroup, ConsolidationRequest
+from app.consolidation.stored import request_to_run
 from app.consolidation.txn import RunTransactions
 from app.consolidation.types import OpContext
 from app.errors import Conflict
@@ -112,7 +113,7 @@ class ConsolidationRunner:
         if run.started_at is not None:
             await self.settle_started(run)
             return
-        request = ConsolidationRequest.model_validate(run.request)
+        request = request_to_run(run.request)
         lock = ScopeLock(self.resources.engine, run.lock_key)
         connection = await lock.try_acquire()
         if connection is None:

@@ -14,7 +14,6 @@ from app.consolidation.registry import Composition, build_composition
 from app.consolidation.repository import ConsolidationRepository, RunFilter
 from app.consolidation.runs import RUN_JOB, ConsolidationRunner, run_values
 from app.consolidation.schemas import (
-    ConsolidationComposition,
     ConsolidationGroup,
     ConsolidationPage,
     ConsolidationProgress,
@@ -22,6 +21,7 @@ from app.consolidation.schemas import (
     ConsolidationResult,
     ConsolidationTimings,
 )
+from app.consolidation.stored import composition_to_show, request_to_show
 from app.cursors import cut_page, decode_cursor
 from app.errors import Conflict, NotFound, ValidationFailed
 from app.ids import uuid7
@@ -61,8 +61,8 @@ def to_result(run: ConsolidationRun) -> ConsolidationResult:
         id=run.id, status=run.status,
         groups=[ConsolidationGroup.model_validate(g) for g in run.groups],
         consolidated=run.consolidated, created=run.created, deleted=run.deleted,
-        request=ConsolidationRequest.model_validate(run.request),
-        composition=ConsolidationComposition.model_validate(run.composition),
+        request=request_to_show(run.request),
+        composition=composition_to_show(run.composition),
         progress=ConsolidationProgress(groups_done=run.groups_done,
                                        groups_total=run.groups_total),
         candidates=run.candidates, remainder=run.remainder, dry_run=run.dry_run,
