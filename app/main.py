@@ -105,22 +105,9 @@ REQUEST_ID_HEADER = {
 }
 
 
-# Inline, not a $ref: a generated client then offers it as each call's own argument.
-REQUEST_ID_PARAMETER = {
-    "name": "X-Request-ID",
-    "in": "header",
-    "required": False,
-    "description": "An id for this request, to find its log lines by and to see in the "
-                   "answer's `X-Request-ID`: 1-128 letters, digits and `._:-`. Another "
-                   "value is not refused; the request gets a new id instead.",
-    "schema": {"type": "string", "maxLength": 128},
-}
-
-
 def _declare_problem_schema(app: FastAPI) -> None:
     """Make `Problem` a named component even for routes that only reference it by $ref,
-    and declare the `X-Request-ID` header (app/service/request_id.py) on every request
-    and every answer."""
+    and declare the `X-Request-ID` header (app/service/request_id.py) on every answer."""
     original = app.openapi
 
     def openapi() -> dict[str, object]:
@@ -134,7 +121,6 @@ def _declare_problem_schema(app: FastAPI) -> None:
             components.setdefault("headers", {})["X-Request-ID"] = REQUEST_ID_HEADER
             for operations in schema.get("paths", {}).values():
                 for operation in operations.values():
-                    operation.setdefault("parameters", []).append(REQUEST_ID_PARAMETER)
                     for response in operation.get("responses", {}).values():
                         response.setdefault("headers", {})["X-Request-ID"] = {
                             "$ref": "#/components/headers/X-Request-ID"}
