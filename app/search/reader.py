@@ -67,7 +67,7 @@ class SearchReader:
     """An asyncpg pool on the engine's database, for the search statements and the other
     single read statements on every request's path (the API key lookup): a Fetcher."""
 
-    def __init__(self, pool: Any, wait_seconds: float, statement_seconds: float = 0.0) -> None:
+    def __init__(self, pool: Any, wait_seconds: float, statement_seconds: float) -> None:
         self._pool = pool
         self._wait = wait_seconds
         self._statement_seconds = statement_seconds
