@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import (
 )
 
 from app import db_tcp, db_timeout
+from app.errors import answer_lost, commit_unanswered
 from app.settings import Settings
 
 CONNECT_TIMEOUT_SECONDS = 10
@@ -117,7 +118,10 @@ async def request_session(request: Request) -> AsyncIterator[AsyncSession]:
     """One transaction per request, committed before the response is sent.
 
     Used with `Depends(..., scope="function")`, so the exit code runs when the handler
-    returns and a failed commit becomes an error answer instead of a false 2xx.
+    returns and a failed commit becomes an error answer instead of a false 2xx. A COMMIT
+    whose answer never came (the server stopped answering, the connection broke) may
+    have been applied, so a request that can change anything answers OutcomeUnknown
+    then, not an error saying nothing changed.
     """
     maker: async_sessionmaker[AsyncSession] = request.app.state.resources.sessionmaker
     async with maker() as session:
@@ -127,4 +131,14 @@ async def request_session(request: Request) -> AsyncIterator[AsyncSession]:
             await session.rollback()
             raise
         else:
-            await session.commit()
+            # Pending ORM changes first: a failure there is a statement's, and certain.
+            await session.flush()
+            try:
+                await session.commit()
+            except Exception as exc:
+                if request.method not in _SAFE_METHODS and answer_lost(exc):
+                    raise commit_unanswered() from exc
+                raise
+
+
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})

@@ -32,7 +32,9 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
         422: "Invalid input; `errors` names each bad field",
         502: "An upstream provider failed",
         503: "The database or a provider is unavailable, every database connection "
-             "stayed busy, or a database statement ran past its time (Retry-After)",
+             "stayed busy, a database statement ran past its time, or (`outcome_unknown`) "
+             "the database stopped answering mid-commit, so the change may have been "
+             "applied (Retry-After)",
         504: "An upstream provider did not answer in time",
     }
     wanted = {401, 422, 503, *statuses}

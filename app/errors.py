@@ -112,6 +112,27 @@ def statement_timed_out(seconds: float) -> DatabaseTimeout:
         f"a database statement did not finish within {seconds:g} s; retry later")
 
 
+class OutcomeUnknown(AppError):
+    """The database stopped answering while it committed a request's changes: they may
+    have been applied, so the client, not the service, decides how to retry."""
+
+    status, code, title = 503, "outcome_unknown", "Outcome unknown"
+    retry_after = 1
+
+
+def commit_unanswered() -> OutcomeUnknown:
+    return OutcomeUnknown(
+        "the database stopped answering while this request's changes were committed, so "
+        "they may or may not have been applied; a retry with the same Idempotency-Key "
+        "applies a create at most once, and other changes can be read back first")
+
+
+def answer_lost(exc: BaseException) -> bool:
+    """Whether `exc` says the client never got the server's answer (its connection failed
+    or the client stopped waiting), rather than an error the server reported."""
+    return isinstance(exc, DatabaseTimeout | TimeoutError) or _is_connection_failure(exc)
+
+
 # SQLSTATE query_canceled: the server's statement_timeout, or pg_cancel_backend.
 _QUERY_CANCELED = "57014"
 
