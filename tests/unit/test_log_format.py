@@ -1,0 +1,79 @@
+"""The JSON log format: one object a line, whatever the record holds."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import Any
+
+from app.service.log_format import JsonFormatter
+from app.service.request_id import REQUEST_ID, RequestIdFilter
+
+
+def record(name: str, msg: str, *args: Any, **extra: Any) -> logging.LogRecord:
+    rec = logging.LogRecord(name, logging.WARNING, __file__, 1, msg, args, None)
+    rec.__dict__.update(extra)
+    RequestIdFilter().filter(rec)
+    return rec
+
+
+def formatted(rec: logging.LogRecord) -> dict[str, Any]:
+    line = JsonFormatter().format(rec)
+    assert "\n" not in line
+    entry = json.loads(line)
+    assert isinstance(entry, dict)
+    return entry
+
+
+def test_a_record_inside_a_request_carries_its_id_and_its_message() -> None:
+    token = REQUEST_ID.set("trace-42")
+    try:
+        entry = formatted(record("engram.errors", "database unreachable during %s %s",
+                                 "POST", "/v1/search"))
+    finally:
+        REQUEST_ID.reset(token)
+    assert entry.pop("time").endswith("Z")
+    assert entry == {"level": "WARNING", "logger": "engram.errors", "request_id": "trace-42",
+                     "message": "database unreachable during POST /v1/search"}
+
+
+def test_outside_a_request_the_id_is_null() -> None:
+    assert formatted(record("engram", "ready"))["request_id"] is None
+
+
+def test_a_traceback_stays_in_its_line() -> None:
+    try:
+        raise ValueError("bad\nvalue")
+    except ValueError:
+        rec = record("engram.errors", "unhandled error during %s", "GET /x")
+        rec.exc_info = sys.exc_info()
+    entry = formatted(rec)
+    assert entry["message"] == "unhandled error during GET /x"
+    assert entry["exception"].startswith("Traceback (most recent call last):")
+    assert entry["exception"].endswith("ValueError: bad\nvalue")
+
+
+def test_a_stack_is_kept_too() -> None:
+    rec = record("engram", "where")
+    rec.stack_info = "Stack (most recent call last):\n  File x"
+    assert formatted(rec)["stack"] == "Stack (most recent call last):\n  File x"
+
+
+def test_an_access_line_carries_the_request_as_fields() -> None:
+    entry = formatted(record("uvicorn.access", '%s - "%s %s HTTP/%s" %d',
+                             "127.0.0.1:5000", "POST", "/v1/search?x=1", "1.1", 200))
+    assert entry["message"] == '127.0.0.1:5000 - "POST /v1/search?x=1 HTTP/1.1" 200'
+    assert entry["http"] == {"client": "127.0.0.1:5000", "method": "POST",
+                             "path": "/v1/search?x=1", "http_version": "1.1", "status": 200}
+
+
+def test_text_that_is_not_ascii_and_values_that_are_not_json_are_written() -> None:
+    class Opaque:
+        def __str__(self) -> str:
+            return "opaque"
+
+    assert formatted(record("engram", "café %s", "ünï"))["message"] == "café ünï"
+    entry = formatted(record("uvicorn.access", "%s %s %s %s %s",
+                             Opaque(), "GET", "/", "1.1", 200))
+    assert entry["http"]["client"] == "opaque"
