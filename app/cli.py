@@ -42,6 +42,7 @@ def serve(settings: Settings) -> int:
         port=settings.port,
         log_level=settings.log_level,
         access_log=settings.access_log,
+        timeout_graceful_shutdown=settings.shutdown_grace_seconds or None,
         loop="uvloop",
         http="httptools",
         log_config=None,

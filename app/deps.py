@@ -34,7 +34,8 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
         503: "The database or a provider is unavailable, every database connection "
              "stayed busy, a database statement ran past its time, or (`outcome_unknown`) "
              "the database stopped answering mid-commit, so the change may have been "
-             "applied (Retry-After)",
+             "applied, (`shutting_down`) the service stopped the request as it shut "
+             "down, or (`overloaded`) too many requests were in flight (Retry-After)",
         504: "An upstream provider did not answer in time",
     }
     wanted = {401, 422, 503, *statuses}

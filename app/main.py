@@ -19,9 +19,11 @@ from app.memories.router import router as memories_router
 from app.migrate import MigrationLockTimeout
 from app.resources import Resources, build_resources
 from app.search.router import router as search_router
+from app.service.admission import AdmissionMiddleware
 from app.service.metrics import MetricsMiddleware
 from app.service.request_id import RequestIdMiddleware
 from app.service.router import router as service_router
+from app.service.shutdown import ShutdownCutMiddleware
 from app.sessions.router import router as sessions_router
 from app.settings import Settings
 from app.worker.lifecycle import start_background_work
@@ -92,6 +94,11 @@ def create_app(settings: Settings | None = None, resources: Resources | None = N
     app.include_router(search_router)
     app.include_router(consolidation_router)
     app.include_router(sessions_router)
+    # Innermost: the metrics count, and the request id marks, a request the shutdown cut
+    # and one refused for want of a slot.
+    app.add_middleware(ShutdownCutMiddleware)
+    app.add_middleware(AdmissionMiddleware, limit=settings.max_concurrent_requests,
+                       wait_seconds=settings.request_queue_seconds)
     app.add_middleware(MetricsMiddleware)
     app.add_middleware(RequestIdMiddleware)
     _declare_problem_schema(app)

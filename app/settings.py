@@ -32,6 +32,15 @@ class Settings(BaseSettings):
     # for a log pipeline; `text` for a terminal.
     log_format: Literal["text", "json"] = "text"
     access_log: bool = False
+    # On SIGTERM, how long requests in flight may take to finish before they are cut and
+    # the service shuts down anyway (0: as long as they take). Below the supervisor's own
+    # grace (Kubernetes: 30 s; compose here: 30 s), so the shutdown that follows (the
+    # workers, the pools, the embedded server) runs before a SIGKILL would.
+    shutdown_grace_seconds: int = Field(default=20, ge=0, le=3600)
+    # Requests one process serves at once; past it a request waits this long for a slot,
+    # then answers 503 overloaded (app/service/admission.py). 0: no bound.
+    max_concurrent_requests: int = Field(default=64, ge=0, le=100_000)
+    request_queue_seconds: float = Field(default=2.0, ge=0, le=600)
 
     # Database pool. Two cores serve HTTP, the model and PostgreSQL, so a small
     # pool is enough; more connections only queue inside PostgreSQL. The search's own

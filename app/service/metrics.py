@@ -27,6 +27,9 @@ REQUESTS = Counter("engram_http_requests_total", "HTTP requests answered",
 LATENCY = Histogram("engram_http_request_seconds", "HTTP request latency",
                     ["method", "route"], registry=REGISTRY,
                     buckets=(0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10))
+REQUESTS_SHED = Counter("engram_http_requests_shed_total",
+                        "Requests answered 503 overloaded: max_concurrent_requests were in "
+                        "flight for request_queue_seconds", registry=REGISTRY)
 # Sessions' background work, so an operator sees a failing summariser without reading
 # every session's events.
 SESSION_FOLDS = Counter("engram_session_folds_total",

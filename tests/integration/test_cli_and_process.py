@@ -13,14 +13,18 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import asyncpg
 import httpx
 import psutil
 import pytest
+from sqlalchemy import text
 
+from app.db import asyncpg_dsn
 from app.migrate import head_revision
 from app.resources import Resources
 from tests.conftest import make_client
@@ -549,3 +553,91 @@ def test_json_logs_are_one_object_a_line_with_the_request_id(
     access = [e["http"] for e in traced if e["logger"] == "uvicorn.access"]
     assert [(a["method"], a["path"], a["status"]) for a in access] == \
         [("DELETE", "/v1/memories?user_id=nobody", 200)], service.log
+
+
+# Shutdown -------------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def memories_locked(resources: Resources) -> AsyncIterator[asyncpg.Connection]:
+    """`memories` locked by another connection, so a write waits (until released)."""
+    conn = await asyncpg.connect(asyncpg_dsn(resources.engine))
+    try:
+        async with conn.transaction():
+            await conn.execute("LOCK TABLE memories IN ACCESS EXCLUSIVE MODE")
+            yield conn
+    finally:
+        await conn.close()
+
+
+async def wait_for_a_write_waiting(conn: asyncpg.Connection) -> None:
+    for _ in range(200):
+        if await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND application_name LIKE 'engram%' AND pid <> pg_backend_pid()"):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the write never waited for the lock")
+
+
+async def exit_status(service: Service, seconds: float) -> int:
+    """The process's exit status, waiting at most `seconds` (it was sent SIGTERM once: a
+    second would make uvicorn skip the shutdown)."""
+    return await asyncio.to_thread(service.process.wait, seconds)
+
+
+async def test_sigterm_lets_a_request_in_flight_finish_before_shutting_down(
+    start_service: Callable[..., Service], resources: Resources, database_url: str,
+) -> None:
+    service = start_service(1, ENGRAM_DATABASE_URL=database_url,
+                            ENGRAM_SHUTDOWN_GRACE_SECONDS="30")
+    service.wait_ready()
+    async with httpx.AsyncClient(base_url=service.base_url, timeout=60) as client:
+        async with memories_locked(resources) as conn:
+            pending = asyncio.create_task(
+                client.post("/v1/memories", json={"content": "finished while stopping"}))
+            await wait_for_a_write_waiting(conn)
+            service.process.send_signal(signal.SIGTERM)
+            await asyncio.sleep(1.0)
+            draining = service.process.poll() is None
+        created = await pending
+    status = await exit_status(service, 30)
+
+    assert draining, service.log
+    assert created.status_code == 201, created.text
+    assert status in (0, -signal.SIGTERM), service.log
+    assert "Application shutdown complete" in service.log
+    assert " ERROR " not in service.log, service.log
+
+
+async def test_sigterm_cuts_a_request_past_the_grace_and_rolls_it_back(
+    start_service: Callable[..., Service], resources: Resources, database_url: str,
+) -> None:
+    service = start_service(1, ENGRAM_DATABASE_URL=database_url,
+                            ENGRAM_SHUTDOWN_GRACE_SECONDS="1")
+    service.wait_ready()
+    content = f"cut while stopping {uuid.uuid4()}"
+    async with httpx.AsyncClient(base_url=service.base_url, timeout=60) as client:
+        async with memories_locked(resources) as conn:
+            pending = asyncio.create_task(client.post("/v1/memories", json={"content": content}))
+            await wait_for_a_write_waiting(conn)
+            service.process.send_signal(signal.SIGTERM)
+            # Ends while the lock is still held: the request was cut, not waited for.
+            status = await exit_status(service, 30)
+        cut = await pending
+
+    async with resources.engine.connect() as db:
+        written = await db.scalar(text("SELECT count(*) FROM memories WHERE content = :c"),
+                                  {"c": content})
+    assert status in (0, -signal.SIGTERM), service.log
+    assert cut.status_code == 503, cut.text
+    assert cut.headers["content-type"].startswith("application/problem+json")
+    assert cut.headers["retry-after"] == "1"
+    assert cut.json()["type"].endswith("/shutting_down")
+    assert cut.json()["request_id"] == cut.headers["x-request-id"]
+    assert "timeout graceful shutdown exceeded" in service.log
+    assert "POST /v1/memories cut by the shutdown before it finished" in service.log
+    assert "Application shutdown complete" in service.log
+    assert "Traceback" not in service.log, service.log
+    assert written == 0
+

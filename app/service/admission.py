@@ -1,0 +1,74 @@
+"""How many requests one process serves at once.
+
+Past `max_concurrent_requests` in flight, a request waits up to `request_queue_seconds`
+for one of them to finish, then answers 503 `overloaded` with Retry-After. Without a
+bound, more load than the cores serve queues everywhere at once (the model's batches,
+the pools, the event loop): every request gets slow, its client gives up, and the work
+done for it after that is wasted while new requests queue behind it. A bounded queue
+keeps the admitted requests fast and tells the others at once to retry, or to go to
+another replica. Probes and metrics are never held: a busy process is not a dead one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app.errors import problem_response
+from app.service.metrics import REQUESTS_SHED
+
+log = logging.getLogger("engram.admission")
+
+EXEMPT = frozenset({"/healthz", "/readyz", "/metrics"})
+_LOG_EVERY_SECONDS = 10.0
+
+
+class AdmissionMiddleware:
+    """Pure ASGI, like the metrics layer: a request admitted at once costs a semaphore's
+    acquire and release, no task and no timer."""
+
+    def __init__(self, app: ASGIApp, *, limit: int, wait_seconds: float) -> None:
+        self.app = app
+        self.limit = limit
+        self.wait_seconds = wait_seconds
+        self._slots = asyncio.Semaphore(limit) if limit > 0 else None
+        self._shed_unlogged = 0
+        self._logged_at = -_LOG_EVERY_SECONDS
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        slots = self._slots
+        if slots is None or scope["type"] != "http" or scope["path"] in EXEMPT:
+            await self.app(scope, receive, send)
+            return
+        if slots.locked():
+            try:
+                async with asyncio.timeout(self.wait_seconds):
+                    await slots.acquire()
+            except TimeoutError:
+                await self._shed(scope, receive, send)
+                return
+        else:
+            await slots.acquire()  # a free slot: returns without yielding
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            slots.release()
+
+    async def _shed(self, scope: Scope, receive: Receive, send: Send) -> None:
+        REQUESTS_SHED.inc()
+        self._shed_unlogged += 1
+        now = time.monotonic()
+        # One line per interval, not per request: shedding happens under a flood.
+        if now - self._logged_at >= _LOG_EVERY_SECONDS:
+            log.warning("overloaded: %d request(s) answered 503 since the last report, "
+                        "each after waiting %g s for one of %d slots", self._shed_unlogged,
+                        self.wait_seconds, self.limit)
+            self._shed_unlogged, self._logged_at = 0, now
+        response = problem_response(
+            503, "overloaded", "Overloaded",
+            f"{self.limit} requests were already in flight and none finished within "
+            f"{self.wait_seconds:g} s; retry later", headers={"Retry-After": "1"})
+        await response(scope, receive, send)

@@ -1,0 +1,54 @@
+"""What a request answers when the service's shutdown cuts it.
+
+On SIGTERM uvicorn lets the requests in flight finish for `shutdown_grace_seconds`, then
+cancels those still running. Left to uvicorn, each would answer a bare text 500 and log
+a traceback, as for a bug. It is no bug: the client is told, in problem+json, that the
+service is stopping and to retry (another replica, or this one once started again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.errors import problem_response
+
+log = logging.getLogger("engram.shutdown")
+
+DETAIL = ("the service is shutting down and stopped this request before it finished; "
+          "retry it (a create retried with its Idempotency-Key is applied at most once)")
+
+
+class ShutdownCutMiddleware:
+    """Pure ASGI, like the metrics layer: no task per request on the hot path."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_tracked(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_tracked)
+        except asyncio.CancelledError:
+            # Only the server cancels a request's task (the app turns its own timeouts
+            # into errors first), and it does so at shutdown. Like uvicorn, which would
+            # catch it too, the task then ends here.
+            log.warning("%s %s cut by the shutdown before it finished", scope["method"],
+                        scope["path"])
+            if started:  # half an answer sent: nothing to do but close, as uvicorn will
+                raise
+            response = problem_response(503, "shutting_down", "Shutting down", DETAIL,
+                                        headers={"Retry-After": "1", "Connection": "close"})
+            await response(scope, receive, send)

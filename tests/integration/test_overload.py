@@ -1,0 +1,56 @@
+"""The bound on requests in flight, through the app on the real database: a request
+past it, while another is stuck (a write queued behind a lock), is refused at once with a
+503 problem and changes nothing; probes still answer; the stuck one finishes after."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from app.db import asyncpg_dsn
+from app.resources import Resources
+from tests.conftest import TenantKey, make_client, reconfigured
+
+
+@pytest.fixture
+async def one_slot(resources: Resources, database_url: str) -> AsyncIterator[Resources]:
+    async with reconfigured(resources, database_url, max_concurrent_requests=1,
+                            request_queue_seconds=0.2) as res:
+        yield res
+
+
+async def test_a_request_past_the_bound_is_refused_while_one_is_stuck(
+    one_slot: Resources, tenant: TenantKey,
+) -> None:
+    async with make_client(one_slot, tenant.headers) as client:
+        lock = await asyncpg.connect(asyncpg_dsn(one_slot.engine))
+        try:
+            async with lock.transaction():
+                await lock.execute("LOCK TABLE memories IN ACCESS EXCLUSIVE MODE")
+                stuck = asyncio.create_task(
+                    client.post("/v1/memories", json={"content": "written after a wait"}))
+                for _ in range(200):  # until the write waits for the lock
+                    if await lock.fetchval(
+                            "SELECT count(*) FROM pg_stat_activity "
+                            "WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid()"):
+                        break
+                    await asyncio.sleep(0.02)
+                refused = await client.post("/v1/memories", json={"content": "refused"})
+                ready = await client.get("/readyz")
+        finally:
+            await lock.close()
+        written = await stuck
+        listed = await client.get("/v1/memories")
+
+    assert refused.status_code == 503, refused.text
+    assert refused.headers["content-type"].startswith("application/problem+json")
+    assert refused.headers["retry-after"] == "1"
+    problem = refused.json()
+    assert problem["type"].endswith("/overloaded")
+    assert problem["request_id"] == refused.headers["x-request-id"]
+    assert ready.status_code == 200
+    assert written.status_code == 201, written.text
+    assert [m["content"] for m in listed.json()["items"]] == ["written after a wait"]
