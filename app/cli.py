@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -186,6 +187,77 @@ async def _reembed(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _backup(settings: Settings, args: argparse.Namespace) -> int:
+    from app.backup import BackupFailed, backup
+    from app.db import asyncpg_dsn
+    from app.migrate import head_revision
+
+    async with _database(settings) as engine:
+        try:
+            report = await backup(asyncpg_dsn(engine), Path(args.file))
+        except BackupFailed as exc:
+            print(f"engram: backup failed: {exc}", file=sys.stderr)
+            return 1
+        held = await _holdings(engine)
+    print(f"backed up {held} at schema {head_revision()} to {report.path} "
+          f"({report.size_bytes / 1e6:.1f} MB in {report.seconds:.1f} s)")
+    return 0
+
+
+async def _restore(settings: Settings, args: argparse.Namespace) -> int:
+    from app.backup import BackupFailed, check_archive, restore
+    from app.db import asyncpg_dsn
+    from app.embedding_space.repository import EmbeddingSpaceRepository
+    from app.migrate import head_revision, upgrade_to_head
+
+    path = Path(args.file)
+    async with _database(settings) as engine:
+        url = asyncpg_dsn(engine)
+        try:
+            await check_archive(url, path)
+        except BackupFailed as exc:
+            print(f"engram: {path} is not a backup to restore: {exc}", file=sys.stderr)
+            return 1
+        async with engine.connect() as conn:
+            running = await EmbeddingSpaceRepository(conn).service_connections()
+        if running:
+            names = ", ".join(f"{name} ({count})" for name, count in running)
+            print(f"engram: the service is connected to this database ({names}); stop every "
+                  "replica before a restore replaces what they serve", file=sys.stderr)
+            return 1
+        if not args.yes:
+            print(f"engram: a restore replaces everything in this database ("
+                  f"{await _holdings(engine)}) with {path}'s contents; add --yes to do it",
+                  file=sys.stderr)
+            return 1
+        try:
+            seconds = await restore(url, path)
+        except BackupFailed as exc:
+            print(f"engram: restore failed, the database is as it was: {exc}",
+                  file=sys.stderr)
+            return 1
+        # The pooled connections knew the replaced schema's types (the vector type's
+        # oid among them).
+        await engine.dispose()
+        await upgrade_to_head(
+            engine, lock_timeout_seconds=settings.migration_lock_timeout_seconds)
+        held = await _holdings(engine)
+    print(f"restored {held} from {path} in {seconds:.1f} s, the schema migrated to "
+          f"{head_revision()}")
+    return 0
+
+
+async def _holdings(engine: AsyncEngine) -> str:
+    from app.db import create_sessionmaker
+    from app.tenants.repository import TenantRepository
+
+    async with create_sessionmaker(engine)() as session:
+        tenants = await TenantRepository(session).summaries()
+    memories = sum(t.memories for t in tenants)
+    sessions = sum(t.sessions for t in tenants)
+    return f"{memories} memories and {sessions} sessions of {len(tenants)} tenants"
+
+
 def _bounded_name(value: str) -> str:
     value = value.strip()
     if not 1 <= len(value) <= 100:
@@ -220,6 +292,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "changing it); the service must be stopped")
     again.add_argument("--batch-size", type=int, default=256, choices=range(1, 4097),
                        metavar="1..4096", help="memories per transaction (default 256)")
+    saved = sub.add_parser(
+        "backup", help="write a consistent snapshot of the whole database to FILE "
+                       "(pg_dump's custom format) while the service runs")
+    saved.add_argument("file", help="where to write it; replaced only once whole")
+    back = sub.add_parser(
+        "restore", help="replace everything in the database with a backup's contents, "
+                        "then migrate it to head; the service must be stopped")
+    back.add_argument("file", help="a file `backup` wrote")
+    back.add_argument("--yes", action="store_true",
+                      help="replace; without it, only say what would be replaced")
     return parser
 
 
@@ -237,6 +319,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_tenants(settings, args))
         if args.command == "reembed":
             return asyncio.run(_reembed(settings, args))
+        if args.command == "backup":
+            return asyncio.run(_backup(settings, args))
+        if args.command == "restore":
+            return asyncio.run(_restore(settings, args))
         return asyncio.run(_keys(settings, args))
     except Exception as exc:
         # An operator's command: one line saying what failed, not a traceback.

@@ -171,6 +171,26 @@ async def reconfigured(resources: Resources, database_url: str,
         await engine.dispose()
 
 
+STATEMENT_BOUND = 0.5
+
+
+@pytest.fixture
+async def bounded(resources: Resources, database_url: str) -> AsyncIterator[Resources]:
+    """The suite's database behind pools of one connection each, whose statements are
+    bounded by STATEMENT_BOUND seconds (the client gives up at twice that)."""
+    async with reconfigured(resources, database_url, db_pool_size=1, db_max_overflow=0,
+                            db_statement_timeout_seconds=STATEMENT_BOUND) as res:
+        yield res
+
+
+async def count_memories(resources: Resources, tenant: TenantKey) -> int:
+    """The tenant's memories, archived and expired ones included."""
+    async with resources.engine.connect() as conn:
+        return int(await conn.scalar(
+            text("SELECT count(*) FROM memories WHERE tenant_id = :t"),
+            {"t": tenant.tenant_id}) or 0)
+
+
 def make_client(resources: Resources, headers: dict[str, str] | None = None) -> httpx.AsyncClient:
     app = create_app(resources.settings, resources)
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)

@@ -9,29 +9,18 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from sqlalchemy import event, text
 
 from app.resources import Resources
-from tests.conftest import TenantKey, make_client, reconfigured
+from tests.conftest import TenantKey, count_memories, make_client
 
-BOUND = 0.5
 KEY = {"Idempotency-Key": "commit-in-the-dark"}
-
-
-@pytest.fixture
-async def bounded(resources: Resources, database_url: str) -> AsyncIterator[Resources]:
-    """The suite's database behind an engine of one connection, whose statements are
-    bounded by BOUND seconds (the client gives up at twice that)."""
-    async with reconfigured(resources, database_url, db_pool_size=1, db_max_overflow=0,
-                            db_statement_timeout_seconds=BOUND) as res:
-        yield res
 
 
 async def write_backend(res: Resources) -> int:
@@ -66,13 +55,6 @@ def at_commit(res: Resources, act: Callable[[], None]) -> Iterator[None]:
     finally:
         event.remove(res.engine.sync_engine, "commit", before_commit)
     assert done, "no COMMIT was sent"
-
-
-async def count_memories(resources: Resources, tenant: TenantKey) -> int:
-    async with resources.engine.connect() as conn:
-        return int(await conn.scalar(
-            text("SELECT count(*) FROM memories WHERE tenant_id = :t"),
-            {"t": tenant.tenant_id}) or 0)
 
 
 def assert_outcome_unknown(resp: httpx.Response) -> None:

