@@ -132,14 +132,18 @@ async def restore(url: str, path: Path) -> float:
         sink.close()
     except (BrokenPipeError, ConnectionResetError):
         # psql stopped at an error (its own message says which): pg_restore, unread,
-        # would block on its output for ever.
+        # would block on its output for ever. Its output is read to the end, since the
+        # process counts as ended only once its pipes are closed.
         producer.kill()
+        while await producer.stdout.read(_CHUNK):
+            pass
     consumed = await consumer.wait()
     produced = await producer.wait()
-    if produced != 0:
-        raise BackupFailed(_first_line(await produced_errors, "pg_restore", produced))
+    # psql's error first: when it stopped, pg_restore was killed for it.
     if consumed != 0:
         raise BackupFailed(_first_line(await consumed_errors, "psql", consumed))
+    if produced != 0:
+        raise BackupFailed(_first_line(await produced_errors, "pg_restore", produced))
     return time.monotonic() - started
 
 

@@ -1,7 +1,15 @@
-"""The database URL as the environment libpq's tools (pg_dump, pg_restore, psql) read."""
+"""The database URL as the environment libpq's tools (pg_dump, pg_restore, psql) read;
+the restore's handling of those tools failing, with shell scripts in their place."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from app import backup
 from app.backup import libpq_env
 
 
@@ -21,3 +29,46 @@ def test_a_tcp_url_keeps_its_password_off_the_command_line() -> None:
 def test_libpq_spellings_are_taken_too() -> None:
     env = libpq_env("postgresql://u@/d?host=/run/pg&port=5433&sslmode=disable")
     assert (env["PGHOST"], env["PGPORT"], env["PGSSLMODE"]) == ("/run/pg", "5433", "disable")
+
+
+def fake_tools(tmp_path: Path, **scripts: str) -> Callable[[str], str]:
+    """Shell scripts standing in for the client tools, by name."""
+    paths = {}
+    for name, body in scripts.items():
+        path = tmp_path / name
+        path.write_text("#!/bin/sh\n" + body)
+        path.chmod(0o755)
+        paths[name] = str(path)
+    return lambda name: paths[name]
+
+
+async def test_psql_stopping_at_an_error_is_reported_and_nothing_waits_for_ever(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # pg_restore writes without end (far more than a pipe holds); psql fails after a
+    # few lines.
+    monkeypatch.setattr(backup, "tool", fake_tools(
+        tmp_path,
+        pg_restore='exec yes "SELECT 1;"\n',
+        psql='head -n 5 > /dev/null; echo "psql:<stdin>:5: ERROR:  boom" >&2; exit 3\n'))
+
+    with pytest.raises(backup.BackupFailed, match="ERROR:  boom"):
+        await asyncio.wait_for(backup.restore("postgresql://u@/d", tmp_path / "x"), 30)
+
+
+async def test_pg_restore_failing_is_reported_and_no_commit_is_sent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    received = tmp_path / "received.sql"
+    monkeypatch.setattr(backup, "tool", fake_tools(
+        tmp_path,
+        pg_restore='echo "COPY x FROM stdin;"; echo "pg_restore: error: could not read '
+                   'input file: end of file" >&2; exit 1\n',
+        psql=f'cat > {received}\n'))
+
+    with pytest.raises(backup.BackupFailed, match="pg_restore: error: could not read"):
+        await backup.restore("postgresql://u@/d", tmp_path / "x")
+    sent = received.read_text()
+    assert sent.startswith("SET client_min_messages = warning;\nBEGIN;\n")
+    assert "COPY x FROM stdin;" in sent
+    assert "COMMIT" not in sent
