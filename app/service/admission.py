@@ -7,6 +7,8 @@ the pools, the event loop): every request gets slow, its client gives up, and th
 done for it after that is wasted while new requests queue behind it. A bounded queue
 keeps the admitted requests fast and tells the others at once to retry, or to go to
 another replica. Probes and metrics are never held: a busy process is not a dead one.
+The requests in flight are a gauge, read at the scrape, so an operator sees the bound
+coming before requests are refused.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import time
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.errors import problem_response
-from app.service.metrics import REQUESTS_SHED
+from app.service.metrics import REQUESTS_IN_FLIGHT, REQUESTS_SHED
 
 log = logging.getLogger("engram.admission")
 
@@ -37,25 +39,32 @@ class AdmissionMiddleware:
         self._slots = asyncio.Semaphore(limit) if limit > 0 else None
         self._shed_unlogged = 0
         self._logged_at = -_LOG_EVERY_SECONDS
+        self.in_flight = 0
+        # Read at the scrape, so an admitted request pays no metric's lock.
+        REQUESTS_IN_FLIGHT.set_function(lambda: self.in_flight)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        slots = self._slots
-        if slots is None or scope["type"] != "http" or scope["path"] in EXEMPT:
+        if scope["type"] != "http" or scope["path"] in EXEMPT:
             await self.app(scope, receive, send)
             return
-        if slots.locked():
-            try:
-                async with asyncio.timeout(self.wait_seconds):
-                    await slots.acquire()
-            except TimeoutError:
-                await self._shed(scope, receive, send)
-                return
-        else:
-            await slots.acquire()  # a free slot: returns without yielding
+        slots = self._slots
+        if slots is not None:
+            if slots.locked():
+                try:
+                    async with asyncio.timeout(self.wait_seconds):
+                        await slots.acquire()
+                except TimeoutError:
+                    await self._shed(scope, receive, send)
+                    return
+            else:
+                await slots.acquire()  # a free slot: returns without yielding
+        self.in_flight += 1
         try:
             await self.app(scope, receive, send)
         finally:
-            slots.release()
+            self.in_flight -= 1
+            if slots is not None:
+                slots.release()
 
     async def _shed(self, scope: Scope, receive: Receive, send: Send) -> None:
         REQUESTS_SHED.inc()

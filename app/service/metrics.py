@@ -27,6 +27,10 @@ REQUESTS = Counter("engram_http_requests_total", "HTTP requests answered",
 LATENCY = Histogram("engram_http_request_seconds", "HTTP request latency",
                     ["method", "route"], registry=REGISTRY,
                     buckets=(0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10))
+REQUESTS_IN_FLIGHT = Gauge("engram_http_requests_in_flight",
+                           "Requests being served now (not probes or metrics), as of the "
+                           "scrape; past max_concurrent_requests the next ones wait",
+                           registry=REGISTRY)
 REQUESTS_SHED = Counter("engram_http_requests_shed_total",
                         "Requests answered 503 overloaded: max_concurrent_requests were in "
                         "flight for request_queue_seconds", registry=REGISTRY)

@@ -144,3 +144,35 @@ async def test_a_zero_limit_admits_everything() -> None:
     assert held.entered == 100
     held.release.set()
     assert all(m[0]["status"] == 200 for m in await asyncio.gather(*tasks))
+
+
+def in_flight() -> float:
+    return REGISTRY.get_sample_value("engram_http_requests_in_flight") or 0.0
+
+
+async def test_the_requests_in_flight_are_a_gauge_read_at_the_scrape() -> None:
+    held = Held()
+    app = AdmissionMiddleware(held, limit=2, wait_seconds=0.01)
+    assert in_flight() == 0
+    requests = [asyncio.create_task(call(app)) for _ in range(2)]
+    probe = asyncio.create_task(call(app, "/readyz"))
+    await settle()
+    during = in_flight()
+    assert (await call(app))[0]["status"] == 503  # refused: never counted
+    also_during = in_flight()
+    held.release.set()
+    await asyncio.gather(*requests, probe)
+
+    assert (during, also_during) == (2, 2)  # the probe is not a request served
+    assert in_flight() == 0
+
+
+async def test_without_a_bound_the_requests_in_flight_are_still_counted() -> None:
+    held = Held()
+    app = AdmissionMiddleware(held, limit=0, wait_seconds=0)
+    requests = [asyncio.create_task(call(app)) for _ in range(3)]
+    await settle()
+    during = in_flight()
+    held.release.set()
+    await asyncio.gather(*requests)
+    assert (during, in_flight()) == (3, 0)
