@@ -208,6 +208,7 @@ async def _restore(settings: Settings, args: argparse.Namespace) -> int:
     from app.backup import BackupFailed, check_archive, restore
     from app.db import asyncpg_dsn
     from app.embedding_space.repository import EmbeddingSpaceRepository
+    from app.embedding_space.service import ServiceRunning, refuse_while_serving
     from app.migrate import head_revision, upgrade_to_head
 
     path = Path(args.file)
@@ -218,12 +219,12 @@ async def _restore(settings: Settings, args: argparse.Namespace) -> int:
         except BackupFailed as exc:
             print(f"engram: {path} is not a backup to restore: {exc}", file=sys.stderr)
             return 1
-        async with engine.connect() as conn:
-            running = await EmbeddingSpaceRepository(conn).service_connections()
-        if running:
-            names = ", ".join(f"{name} ({count})" for name, count in running)
-            print(f"engram: the service is connected to this database ({names}); stop every "
-                  "replica before a restore replaces what they serve", file=sys.stderr)
+        try:
+            async with engine.connect() as conn:
+                await refuse_while_serving(EmbeddingSpaceRepository(conn),
+                                           "or the restore would replace what they serve")
+        except ServiceRunning as exc:
+            print(f"engram: {exc}", file=sys.stderr)
             return 1
         if not args.yes:
             print(f"engram: a restore replaces everything in this database ("

@@ -22,7 +22,17 @@ class VectorSpaceMismatch(RuntimeError):
 
 
 class ServiceRunning(RuntimeError):
-    """A re-embedding was asked for while the service runs on the database."""
+    """A command that needs the service stopped (a re-embedding, a restore) was asked
+    for while it runs on the database."""
+
+
+async def refuse_while_serving(repo: EmbeddingSpaceRepository, why: str) -> None:
+    """Raise ServiceRunning, saying `why` it matters, when the service is connected."""
+    running = await repo.service_connections()
+    if running:
+        names = ", ".join(f"{name} ({count})" for name, count in running)
+        raise ServiceRunning(f"the service is connected to this database ({names}); stop "
+                             f"every replica first, {why}")
 
 
 async def check_on_start(engine: AsyncEngine, embedder: Embedder) -> None:
@@ -70,12 +80,8 @@ async def reembed(engine: AsyncEngine, embedder: Embedder, *, batch_size: int = 
     target = embedder.vector_space
     async with engine.begin() as conn:
         repo = EmbeddingSpaceRepository(conn)
-        running = await repo.service_connections()
-        if running:
-            names = ", ".join(f"{name} ({count})" for name, count in running)
-            raise ServiceRunning(
-                f"the service is connected to this database ({names}); stop every replica "
-                "first, or their writes would be embedded with the model being replaced")
+        await refuse_while_serving(
+            repo, "or their writes would be embedded with the model being replaced")
         start = reembed_start(await repo.lock_row(), target)
         if not start.needed:
             return ReembedReport(target, False, 0, 0, False, time.monotonic() - started)
