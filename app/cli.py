@@ -9,14 +9,16 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.service import log_format
 from app.settings import Settings, format_settings_error
+from app.tenants.rate_limit import RateLimit
 
 
 def _load_settings() -> Settings:
@@ -120,16 +122,26 @@ async def _tenants(settings: Settings, args: argparse.Namespace) -> int:
     from app.db import create_sessionmaker
     from app.errors import AppError
     from app.tenants.repository import TenantRepository
-    from app.tenants.service import deletable, delete_tenant
+    from app.tenants.service import deletable, delete_tenant, set_rate_limit
 
+    default = RateLimit.of(settings.tenant_rate_limit, settings.tenant_rate_burst)
     async with _database(settings) as engine:
         if args.action == "list":
             async with create_sessionmaker(engine)() as session:
                 for t in await TenantRepository(session).summaries():
                     print(f"{t.id}  {t.name:<20} {t.created_at:%Y-%m-%d}  keys "
-                          f"{t.active_keys:<4} memories {t.memories:<9} sessions {t.sessions}")
+                          f"{t.active_keys:<4} memories {t.memories:<9} sessions "
+                          f"{t.sessions:<6} rate {_rate_text(t.rate_limit, default)}")
             return 0
         try:
+            if args.action == "limit":
+                if args.default and args.burst is not None:
+                    print("engram: --burst goes with --rate, not --default", file=sys.stderr)
+                    return 2
+                own = None if args.default else RateLimit.of(args.rate, args.burst)
+                t = await set_rate_limit(engine, args.tenant, own)
+                print(f"tenant {t.name!r}: {_rate_text(t.rate_limit, default)}")
+                return 0
             if not args.yes:
                 t = await deletable(engine, args.tenant)
                 print(f"engram: tenant {t.name!r} holds {t.memories} memories, {t.sessions} "
@@ -143,6 +155,12 @@ async def _tenants(settings: Settings, args: argparse.Namespace) -> int:
         print(f"deleted tenant {t.name!r}: {t.memories} memories, {t.sessions} sessions, "
               f"{t.active_keys} active keys, and its consolidation runs")
         return 0
+
+
+def _rate_text(own: RateLimit | None, default: RateLimit) -> str:
+    if own is None:
+        return f"{default.describe()} (the service's default)"
+    return own.describe()
 
 
 async def _reembed(settings: Settings, args: argparse.Namespace) -> int:
@@ -266,6 +284,27 @@ def _bounded_name(value: str) -> str:
     return value
 
 
+_N = TypeVar("_N", int, float)
+
+
+def _ranged(kind: type[_N], low: _N, high: _N) -> Callable[[str], _N]:
+    """An argparse type: a number of `kind` from `low` to `high` (NaN is neither)."""
+    def parse(value: str) -> _N:
+        try:
+            number = kind(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                "must be a whole number" if kind is int else "must be a number") from None
+        if not low <= number <= high:
+            raise argparse.ArgumentTypeError(f"must be {low:.15g} to {high:.15g}")
+        return number
+    return parse
+
+
+_rate = _ranged(float, 0.0, 1_000_000.0)
+_burst = _ranged(int, 1, 1_000_000)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m app", description="Engram memory service")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -288,6 +327,17 @@ def build_parser() -> argparse.ArgumentParser:
     remove.add_argument("tenant", type=_bounded_name)
     remove.add_argument("--yes", action="store_true", help="delete; without it, only say "
                                                             "what would go")
+    limit = tenants_sub.add_parser(
+        "limit", help="set the requests per second a tenant may make of each process "
+                      "(past it: 429), or give it back the service's default; a running "
+                      "service applies it at the tenant's next request")
+    limit.add_argument("tenant", type=_bounded_name)
+    which = limit.add_mutually_exclusive_group(required=True)
+    which.add_argument("--rate", type=_rate, help="requests per second; 0: no limit")
+    which.add_argument("--default", action="store_true",
+                       help="follow ENGRAM_TENANT_RATE_LIMIT / _BURST again")
+    limit.add_argument("--burst", type=_burst, default=None,
+                       help="how many may come at once (default: one second's worth)")
     again = sub.add_parser(
         "reembed", help="re-embed every stored memory with the configured embedder (after "
                         "changing it); the service must be stopped")

@@ -30,6 +30,8 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
         404: "Not found in the caller's tenant",
         409: "Conflict",
         422: "Invalid input; `errors` names each bad field",
+        429: "The tenant's requests came faster than its rate limit (`rate_limited`); "
+             "Retry-After says when to retry",
         502: "An upstream provider failed",
         503: "The database or a provider is unavailable, every database connection "
              "stayed busy, a database statement ran past its time, or (`outcome_unknown`) "
@@ -38,7 +40,7 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
              "down, or (`overloaded`) too many requests were in flight (Retry-After)",
         504: "An upstream provider did not answer in time",
     }
-    wanted = {401, 422, 503, *statuses}
+    wanted = {401, 422, 429, 503, *statuses}
     if 502 in wanted:
         # A route that calls a provider can see it fail (502) or time out (504).
         wanted.add(504)

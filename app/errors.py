@@ -83,6 +83,16 @@ class ProviderUnavailable(ProviderError):
     status, code, title = 503, "provider_unavailable", "Upstream provider unavailable"
 
 
+class RateLimited(AppError):
+    """The tenant's requests came faster than its limit (app/tenants/rate_limit.py)."""
+
+    status, code, title = 429, "rate_limited", "Too many requests"
+
+    def __init__(self, detail: str, *, retry_after: int) -> None:
+        super().__init__(detail)
+        self.retry_after = retry_after
+
+
 class DatabaseUnavailable(AppError):
     status, code, title = 503, "database_unavailable", "Database unavailable"
 

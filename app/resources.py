@@ -20,6 +20,7 @@ from app.search.pipeline import SearchPipeline
 from app.search.reader import SearchReader, memory_read_settings
 from app.search.repository import RetrievalLimits
 from app.settings import Settings
+from app.tenants.rate_limit import RateLimit, TenantRateLimiter
 
 log = logging.getLogger("engram")
 
@@ -44,6 +45,11 @@ class Resources:
     @cached_property
     def search_pipeline(self) -> SearchPipeline:
         return build_pipeline(self.settings)
+
+    @cached_property
+    def rate_limiter(self) -> TenantRateLimiter:
+        return TenantRateLimiter(RateLimit.of(self.settings.tenant_rate_limit,
+                                              self.settings.tenant_rate_burst))
 
     @cached_property
     def search_limits(self) -> RetrievalLimits:

@@ -41,6 +41,12 @@ class Settings(BaseSettings):
     # then answers 503 overloaded (app/service/admission.py). 0: no bound.
     max_concurrent_requests: int = Field(default=64, ge=0, le=100_000)
     request_queue_seconds: float = Field(default=2.0, ge=0, le=600)
+    # Requests per second each tenant may make of this process (a token bucket, per
+    # process: N replicas admit N times as many), past which it answers 429 rate_limited
+    # with Retry-After (app/tenants/rate_limit.py). 0: no limit. The burst is how many may
+    # come at once; 0 is one second's worth. `python -m app tenants limit` sets a tenant's own.
+    tenant_rate_limit: float = Field(default=0.0, ge=0, le=1_000_000)
+    tenant_rate_burst: int = Field(default=0, ge=0, le=1_000_000)
 
     # Database pool. Two cores serve HTTP, the model and PostgreSQL, so a small
     # pool is enough; more connections only queue inside PostgreSQL. The search's own

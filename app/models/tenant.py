@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from sqlalchemy import DateTime, String, func
+from sqlalchemy import CheckConstraint, DateTime, Double, Integer, String, func
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.models.base import Base
@@ -16,9 +16,17 @@ DEFAULT_TENANT_ID = uuid.UUID("00000000-0000-0000-0000-000000000001")
 
 class Tenant(Base):
     __tablename__ = "tenants"
+    __table_args__ = (
+        CheckConstraint("rate_limit_per_second >= 0", name="rate_limit_valid"),
+        CheckConstraint("rate_limit_burst >= 0", name="rate_burst_valid"),
+    )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(100), unique=True)
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now()
     )
+    # The tenant's own request rate (app/tenants/rate_limit.py); NULL: the service's
+    # default. 0: no limit. A NULL burst is one second's worth.
+    rate_limit_per_second: Mapped[float | None] = mapped_column(Double, nullable=True)
+    rate_limit_burst: Mapped[int | None] = mapped_column(Integer, nullable=True)

@@ -13,12 +13,23 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db import Fetcher
 from app.models import ApiKey, ChatSession, Memory, Tenant
+from app.tenants.rate_limit import RateLimit
 
 # ix_api_keys_key_hash; a key hash is unique per tenant, and SHA-256 collisions across
-# tenants are not a concern, so at most one row.
-_TENANT_FOR_KEY_HASH = (
-    "SELECT tenant_id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL LIMIT 1"
+# tenants are not a concern, so at most one row. The tenant's own rate limit comes in
+# the same statement (its primary key), so a changed limit applies at the next request.
+_OWNER_OF_KEY_HASH = (
+    "SELECT k.tenant_id, t.rate_limit_per_second, t.rate_limit_burst"
+    " FROM api_keys k JOIN tenants t ON t.id = k.tenant_id"
+    " WHERE k.key_hash = $1 AND k.revoked_at IS NULL LIMIT 1"
 )
+
+
+@dataclass(frozen=True)
+class KeyOwner:
+    tenant_id: uuid.UUID
+    # The tenant's own limit; None: the service's default.
+    rate_limit: RateLimit | None
 
 
 class KeyLookup:
@@ -29,9 +40,13 @@ class KeyLookup:
     def __init__(self, db: Fetcher) -> None:
         self.db = db
 
-    async def tenant_for_key_hash(self, key_hash: bytes) -> uuid.UUID | None:
-        rows = await self.db.fetch(_TENANT_FOR_KEY_HASH, key_hash)
-        return rows[0][0] if rows else None
+    async def owner_of_key_hash(self, key_hash: bytes) -> KeyOwner | None:
+        rows = await self.db.fetch(_OWNER_OF_KEY_HASH, key_hash)
+        if not rows:
+            return None
+        tenant_id, per_second, burst = rows[0]
+        return KeyOwner(tenant_id,
+                        None if per_second is None else RateLimit.of(per_second, burst))
 
 
 @dataclass(frozen=True)
@@ -42,6 +57,8 @@ class TenantSummary:
     active_keys: int
     memories: int
     sessions: int
+    # The tenant's own limit (app/tenants/rate_limit.py); None: the service's default.
+    rate_limit: RateLimit | None = None
 
 
 class TenantRepository:
@@ -92,11 +109,25 @@ class TenantRepository:
                     .where(Memory.tenant_id == Tenant.id).scalar_subquery())
         sessions = (select(func.count()).select_from(ChatSession)
                     .where(ChatSession.tenant_id == Tenant.id).scalar_subquery())
-        stmt = select(Tenant.id, Tenant.name, Tenant.created_at, keys, memories, sessions)
+        stmt = select(Tenant.id, Tenant.name, Tenant.created_at, keys, memories, sessions,
+                      Tenant.rate_limit_per_second, Tenant.rate_limit_burst)
         if name is not None:
             stmt = stmt.where(Tenant.name == name)
         rows = await self.session.execute(stmt.order_by(Tenant.name))
-        return [TenantSummary(*row) for row in rows.all()]
+        return [TenantSummary(tid, tname, created, n_keys, n_memories, n_sessions,
+                              None if rate is None else RateLimit.of(rate, burst))
+                for tid, tname, created, n_keys, n_memories, n_sessions, rate, burst
+                in rows.all()]
+
+    async def set_rate_limit(self, name: str, limit: RateLimit | None) -> bool:
+        """The tenant's own limit, or (None) the service's default again; False when no
+        tenant has the name."""
+        result = await self.session.execute(
+            update(Tenant).where(Tenant.name == name).values(
+                rate_limit_per_second=None if limit is None else limit.per_second,
+                rate_limit_burst=None if limit is None else limit.burst)
+            .returning(Tenant.id))
+        return result.first() is not None
 
     async def delete(self, tenant_id: uuid.UUID) -> bool:
         """Delete the tenant's row; the foreign keys cascade to whatever it still holds."""

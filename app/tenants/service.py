@@ -1,4 +1,5 @@
-"""Deleting a tenant with everything it holds (an operator's command, not an endpoint)."""
+"""An operator's tenant commands (not endpoints): deleting a tenant with everything it
+holds, and setting its own request rate."""
 
 from __future__ import annotations
 
@@ -9,21 +10,19 @@ from app.errors import Conflict, NotFound
 from app.memories.repository import purge_tenant
 from app.models import DEFAULT_TENANT_ID
 from app.sessions.repository import purge_tenant_sessions
+from app.tenants.rate_limit import RateLimit
 from app.tenants.repository import TenantRepository, TenantSummary
 from app.worker.queue import drop_tenant_jobs
 
 
 async def deletable(engine: AsyncEngine, name: str) -> TenantSummary:
     """The tenant `delete_tenant` would delete, with what it holds; refused as it would be."""
-    async with create_sessionmaker(engine)() as session:
-        found = await TenantRepository(session).summaries(name)
-    if not found:
-        raise NotFound(f"no tenant named {name!r}")
-    if found[0].id == DEFAULT_TENANT_ID:
+    tenant = await _summary(engine, name)
+    if tenant.id == DEFAULT_TENANT_ID:
         raise Conflict("the default tenant is who every call acts as with authentication "
                        "off, so it is not deleted; delete its memories and sessions through "
                        "the API, or remove the data dir")
-    return found[0]
+    return tenant
 
 
 async def delete_tenant(engine: AsyncEngine, name: str) -> TenantSummary:
@@ -40,3 +39,21 @@ async def delete_tenant(engine: AsyncEngine, name: str) -> TenantSummary:
     async with create_sessionmaker(engine)() as session, session.begin():
         await TenantRepository(session).delete(tenant.id)
     return tenant
+
+
+async def set_rate_limit(engine: AsyncEngine, name: str,
+                         limit: RateLimit | None) -> TenantSummary:
+    """Give the tenant `limit` (None: the service's default again). A running service
+    reads it with the tenant's next request's key, so it needs no restart."""
+    async with create_sessionmaker(engine)() as session, session.begin():
+        if not await TenantRepository(session).set_rate_limit(name, limit):
+            raise NotFound(f"no tenant named {name!r}")
+    return await _summary(engine, name)
+
+
+async def _summary(engine: AsyncEngine, name: str) -> TenantSummary:
+    async with create_sessionmaker(engine)() as session:
+        found = await TenantRepository(session).summaries(name)
+    if not found:
+        raise NotFound(f"no tenant named {name!r}")
+    return found[0]

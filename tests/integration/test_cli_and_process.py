@@ -167,6 +167,53 @@ async def test_tenants_are_listed_and_deleted_only_with_yes(
     assert "Traceback" not in refused.stderr
 
 
+async def test_a_tenants_own_rate_limit_is_set_listed_and_given_back(
+    database_url: str, resources: Resources
+) -> None:
+    tenant = f"rated-{uuid.uuid4().hex[:8]}"
+    assert (await cli(database_url, "keys", "create", "--tenant", tenant)).returncode == 0
+    service_default = {"ENGRAM_TENANT_RATE_LIMIT": "50"}
+
+    async def row() -> str:
+        listed = await cli(database_url, "tenants", "list", **service_default)
+        [line] = [line for line in listed.stdout.splitlines() if f" {tenant} " in line]
+        return line
+
+    assert row_rate(await row()) == "50 requests/s, bursts of 50 (the service's default)"
+    set_ = await cli(database_url, "tenants", "limit", tenant, "--rate", "2.5", "--burst", "10")
+    assert set_.returncode == 0, set_.stderr
+    assert meaningful_lines(set_.stdout) == [
+        f"tenant {tenant!r}: 2.5 requests/s, bursts of 10"]
+    assert row_rate(await row()) == "2.5 requests/s, bursts of 10"
+    unlimited = await cli(database_url, "tenants", "limit", tenant, "--rate", "0")
+    assert meaningful_lines(unlimited.stdout) == [f"tenant {tenant!r}: no limit"]
+    back = await cli(database_url, "tenants", "limit", tenant, "--default", **service_default)
+    assert meaningful_lines(back.stdout) == [
+        f"tenant {tenant!r}: 50 requests/s, bursts of 50 (the service's default)"]
+    async with resources.engine.connect() as conn:
+        stored = (await conn.execute(text(
+            "SELECT rate_limit_per_second, rate_limit_burst FROM tenants WHERE name = :n"),
+            {"n": tenant})).one()
+    assert tuple(stored) == (None, None)
+
+    missing = await cli(database_url, "tenants", "limit", "no-such-tenant", "--rate", "1")
+    assert missing.returncode == 1
+    assert meaningful_lines(missing.stderr) == ["engram: no tenant named 'no-such-tenant'"]
+    for bad in (["--rate", "-1"], ["--rate", "nan"], ["--rate", "1", "--burst", "0"],
+                ["--rate", "1", "--default"], []):
+        refused = await cli(database_url, "tenants", "limit", tenant, *bad)
+        assert refused.returncode == 2, (bad, refused.stderr)
+        assert "Traceback" not in refused.stderr
+    burst_alone = await cli(database_url, "tenants", "limit", tenant, "--default",
+                            "--burst", "3")
+    assert burst_alone.returncode == 2
+    assert "--burst goes with --rate" in burst_alone.stderr
+
+
+def row_rate(line: str) -> str:
+    return line.split(" rate ", 1)[1]
+
+
 async def test_migrate_reports_schema_at_head(database_url: str) -> None:
     result = await cli(database_url, "migrate")
 

@@ -1,0 +1,113 @@
+"""Per-tenant rate limits through the app on the real database: past its limit a tenant
+is answered 429 problem+json with Retry-After before anything is done, other tenants go
+on, and a tenant's own limit (`tenants limit`) applies at its next request."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from app.resources import Resources
+from app.tenants.rate_limit import RateLimit
+from app.tenants.service import set_rate_limit
+from tests.conftest import (
+    TenantKey,
+    count_memories,
+    create_tenant_key,
+    make_client,
+    reconfigured,
+    sample,
+)
+
+RATE_LIMITED = "engram_http_requests_rate_limited_total"
+
+
+@pytest.fixture
+async def limited(resources: Resources, database_url: str) -> AsyncIterator[Resources]:
+    """Two requests at once, then one a second, for every tenant without its own."""
+    async with reconfigured(resources, database_url, tenant_rate_limit=1.0,
+                            tenant_rate_burst=2) as res:
+        yield res
+
+
+async def statuses(client: httpx.AsyncClient, n: int) -> list[int]:
+    return [(await client.get("/v1/memories")).status_code for _ in range(n)]
+
+
+async def test_a_tenant_past_its_limit_is_refused_and_nothing_is_written(
+    limited: Resources, tenant: TenantKey, other_tenant: TenantKey,
+) -> None:
+    before = sample(RATE_LIMITED)
+    async with make_client(limited, tenant.headers) as client, \
+            make_client(limited, other_tenant.headers) as other:
+        assert await statuses(client, 2) == [200, 200]
+        refused = await client.post("/v1/memories", json={"content": "one too many"})
+        others = await statuses(other, 2)
+
+    assert refused.status_code == 429, refused.text
+    assert refused.headers["content-type"].startswith("application/problem+json")
+    assert refused.headers["retry-after"] == "1"
+    problem = refused.json()
+    assert problem["type"].endswith("/rate_limited")
+    assert problem["status"] == 429
+    assert "1 requests/s, bursts of 2" in problem["detail"]
+    assert problem["request_id"] == refused.headers["x-request-id"]
+    assert await count_memories(limited, tenant) == 0
+    assert others == [200, 200]  # another tenant's bucket is its own
+    assert sample(RATE_LIMITED) == before + 1
+
+
+async def test_the_limit_admits_again_once_a_token_is_back(
+    limited: Resources, tenant: TenantKey,
+) -> None:
+    async with make_client(limited, tenant.headers) as client:
+        assert await statuses(client, 3) == [200, 200, 429]
+        await asyncio.sleep(1.1)
+        assert await statuses(client, 2) == [200, 429]
+
+
+async def test_a_wrong_key_is_401_and_takes_no_token(
+    limited: Resources, tenant: TenantKey,
+) -> None:
+    async with make_client(limited, {"Authorization": "Bearer egm_not_a_key"}) as anon:
+        assert await statuses(anon, 5) == [401] * 5
+    async with make_client(limited, tenant.headers) as client:
+        assert await statuses(client, 3) == [200, 200, 429]
+
+
+async def test_a_tenants_own_limit_applies_at_its_next_request(
+    resources: Resources, database_url: str,
+) -> None:
+    # A token each 10 s: none comes back while the test runs.
+    async with reconfigured(resources, database_url, tenant_rate_limit=0.1,
+                            tenant_rate_burst=2) as res:
+        tenant, fresh = await create_tenant_key(res), await create_tenant_key(res)
+        async with make_client(res, tenant.headers) as client, \
+                make_client(res, fresh.headers) as other:
+            assert await statuses(client, 3) == [200, 200, 429]
+
+            await set_rate_limit(res.engine, tenant.name, RateLimit.of(0.0, None))
+            assert await statuses(client, 20) == [200] * 20  # its own: no limit
+
+            await set_rate_limit(res.engine, tenant.name, None)  # the default again
+            assert await statuses(client, 1) == [429]
+
+            await set_rate_limit(res.engine, fresh.name, RateLimit.of(0.1, 5))
+            assert await statuses(other, 6) == [200] * 5 + [429]
+
+
+async def test_with_auth_off_the_default_tenant_has_the_services_limit(
+    resources: Resources, database_url: str,
+) -> None:
+    async with reconfigured(resources, database_url, auth_enabled=False,
+                            tenant_rate_limit=1.0, tenant_rate_burst=3) as res, \
+            make_client(res) as client:
+        assert await statuses(client, 4) == [200, 200, 200, 429]
+        assert (await client.get("/readyz")).status_code == 200  # probes are not limited
+
+
+async def test_without_a_limit_nothing_is_refused(client: httpx.AsyncClient) -> None:
+    assert await statuses(client, 50) == [200] * 50
