@@ -3,6 +3,7 @@ batched deletes: the purges' (a transaction each batch) and a request's (one in 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol, cast
@@ -17,7 +18,7 @@ from sqlalchemy.ext.asyncio import (
 )
 
 from app import db_tcp, db_timeout
-from app.errors import answer_lost, commit_unanswered
+from app.errors import COMMIT_CUT, answer_lost, commit_unanswered
 from app.settings import Settings
 
 CONNECT_TIMEOUT_SECONDS = 10
@@ -135,6 +136,11 @@ async def request_session(request: Request) -> AsyncIterator[AsyncSession]:
             await session.flush()
             try:
                 await session.commit()
+            except asyncio.CancelledError:
+                # The shutdown cut the request mid-commit: the server may apply it anyway.
+                if request.method not in _SAFE_METHODS:
+                    request.scope.setdefault("state", {})[COMMIT_CUT] = True
+                raise
             except Exception as exc:
                 if request.method not in _SAFE_METHODS and answer_lost(exc):
                     raise commit_unanswered() from exc

@@ -137,6 +137,12 @@ def commit_unanswered() -> OutcomeUnknown:
         "applies a create at most once, and other changes can be read back first")
 
 
+COMMIT_CUT = "engram.commit_cut"
+"""Set in a request's ASGI `state` when the request is cancelled while its COMMIT is
+awaited (app/db.py): the change may have been applied, so the shutdown's cut
+(app/service/shutdown.py) answers OutcomeUnknown, not "retry it"."""
+
+
 def answer_lost(exc: BaseException) -> bool:
     """Whether `exc` says the client never got the server's answer (its connection failed
     or the client stopped waiting), rather than an error the server reported."""

@@ -3,7 +3,9 @@
 On SIGTERM uvicorn lets the requests in flight finish for `shutdown_grace_seconds`, then
 cancels those still running. Left to uvicorn, each would answer a bare text 500 and log
 a traceback, as for a bug. It is no bug: the client is told, in problem+json, that the
-service is stopping and to retry (another replica, or this one once started again).
+service is stopping and to retry (another replica, or this one once started again),
+unless the request was cut while its COMMIT was awaited: that change may have been
+applied, so it answers 503 outcome_unknown, as a COMMIT that went unanswered does.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import logging
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.errors import problem_response
+from app.errors import COMMIT_CUT, commit_unanswered, problem_response
 
 log = logging.getLogger("engram.shutdown")
 
@@ -32,6 +34,9 @@ class ShutdownCutMiddleware:
             await self.app(scope, receive, send)
             return
         started = False
+        # Shared with the request (app/db.py marks a COMMIT cut here); made now, since a
+        # copy of the scope made further in would not carry a dict created there back.
+        state = scope.setdefault("state", {})
 
         async def send_tracked(message: Message) -> None:
             nonlocal started
@@ -49,6 +54,12 @@ class ShutdownCutMiddleware:
                         scope["path"])
             if started:  # half an answer sent: nothing to do but close, as uvicorn will
                 raise
-            response = problem_response(503, "shutting_down", "Shutting down", DETAIL,
-                                        headers={"Retry-After": "1", "Connection": "close"})
+            headers = {"Retry-After": "1", "Connection": "close"}
+            if state.get(COMMIT_CUT):
+                lost = commit_unanswered()
+                response = problem_response(lost.status, lost.code, lost.title, lost.detail,
+                                            headers=headers)
+            else:
+                response = problem_response(503, "shutting_down", "Shutting down", DETAIL,
+                                            headers=headers)
             await response(scope, receive, send)

@@ -617,14 +617,24 @@ async def memories_locked(resources: Resources) -> AsyncIterator[asyncpg.Connect
         await conn.close()
 
 
-async def wait_for_a_write_waiting(conn: asyncpg.Connection) -> None:
-    for _ in range(200):
+async def wait_for_a_write_waiting(conn: asyncpg.Connection, service: Service,
+                                   pending: asyncio.Task[httpx.Response],
+                                   waiting: str = "wait_event_type = 'Lock'") -> None:
+    """Until the service's write waits as `waiting` (pg_stat_activity) says: a lock, by
+    default. Fails, saying why, if the write answers first."""
+    for _ in range(600):
         if await conn.fetchval(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                f"SELECT count(*) FROM pg_stat_activity WHERE {waiting} "
                 "AND application_name LIKE 'engram%' AND pid <> pg_backend_pid()"):
             return
+        if pending.done():
+            answer = pending.result()
+            raise AssertionError(f"the write answered {answer.status_code} without waiting "
+                                 f"for the lock: {answer.text}\n{service.log}")
         await asyncio.sleep(0.05)
-    raise AssertionError("the write never waited for the lock")
+    activity = await conn.fetch("SELECT application_name, state, wait_event_type, wait_event,"
+                                " query FROM pg_stat_activity WHERE pid <> pg_backend_pid()")
+    raise AssertionError(f"the write never waited for the lock: {activity}\n{service.log}")
 
 
 async def exit_status(service: Service, seconds: float) -> int:
@@ -643,7 +653,7 @@ async def test_sigterm_lets_a_request_in_flight_finish_before_shutting_down(
         async with memories_locked(resources) as conn:
             pending = asyncio.create_task(
                 client.post("/v1/memories", json={"content": "finished while stopping"}))
-            await wait_for_a_write_waiting(conn)
+            await wait_for_a_write_waiting(conn, service, pending)
             service.process.send_signal(signal.SIGTERM)
             await asyncio.sleep(1.0)
             draining = service.process.poll() is None
@@ -667,7 +677,7 @@ async def test_sigterm_cuts_a_request_past_the_grace_and_rolls_it_back(
     async with httpx.AsyncClient(base_url=service.base_url, timeout=60) as client:
         async with memories_locked(resources) as conn:
             pending = asyncio.create_task(client.post("/v1/memories", json={"content": content}))
-            await wait_for_a_write_waiting(conn)
+            await wait_for_a_write_waiting(conn, service, pending)
             service.process.send_signal(signal.SIGTERM)
             # Ends while the lock is still held: the request was cut, not waited for.
             status = await exit_status(service, 30)
@@ -688,3 +698,57 @@ async def test_sigterm_cuts_a_request_past_the_grace_and_rolls_it_back(
     assert "Traceback" not in service.log, service.log
     assert written == 0
 
+
+
+@asynccontextmanager
+async def commits_held(resources: Resources) -> AsyncIterator[asyncpg.Connection]:
+    """Every COMMIT of a change waits (for a synchronous standby that never comes) until
+    the block ends, having committed locally first: what a lost standby does to a primary
+    with synchronous replication. The whole server's setting: no other test runs meanwhile."""
+    conn = await asyncpg.connect(asyncpg_dsn(resources.engine))
+    try:
+        await conn.execute("ALTER SYSTEM SET synchronous_standby_names = 'engram_no_standby'")
+        await conn.execute("SELECT pg_reload_conf()")
+        for _ in range(100):  # the postmaster passes the reload on asynchronously
+            probe = await asyncpg.connect(asyncpg_dsn(resources.engine))
+            try:
+                if await probe.fetchval("SHOW synchronous_standby_names") != "":
+                    break
+            finally:
+                await probe.close()
+            await asyncio.sleep(0.05)
+        yield conn
+    finally:
+        await conn.execute("ALTER SYSTEM RESET synchronous_standby_names")
+        await conn.execute("SELECT pg_reload_conf()")
+        await conn.close()
+
+
+async def test_sigterm_cutting_a_commit_says_the_outcome_is_unknown(
+    start_service: Callable[..., Service], resources: Resources, database_url: str,
+) -> None:
+    service = start_service(1, ENGRAM_DATABASE_URL=database_url,
+                            ENGRAM_SHUTDOWN_GRACE_SECONDS="1")
+    service.wait_ready()
+    content = f"committed while stopping {uuid.uuid4()}"
+    async with httpx.AsyncClient(base_url=service.base_url, timeout=60) as client, \
+            commits_held(resources) as conn:
+        pending = asyncio.create_task(client.post("/v1/memories", json={"content": content}))
+        await wait_for_a_write_waiting(conn, service, pending, "wait_event = 'SyncRep'")
+        service.process.send_signal(signal.SIGTERM)
+        status = await exit_status(service, 30)
+        cut = await pending
+    async with resources.engine.connect() as db:
+        written = await db.scalar(text("SELECT count(*) FROM memories WHERE content = :c"),
+                                  {"c": content})
+
+    assert status in (0, -signal.SIGTERM), service.log
+    assert cut.status_code == 503, cut.text
+    assert cut.headers["retry-after"] == "1"
+    problem = cut.json()
+    assert problem["type"].endswith("/outcome_unknown"), problem
+    assert problem["request_id"] == cut.headers["x-request-id"]
+    assert "Application shutdown complete" in service.log
+    assert "Traceback" not in service.log, service.log
+    # Which is why it could not say "nothing changed": the COMMIT was applied.
+    assert written == 1

@@ -8,6 +8,7 @@ import json
 import pytest
 from starlette.types import Message, Receive, Scope, Send
 
+from app.errors import COMMIT_CUT
 from app.service.shutdown import ShutdownCutMiddleware
 
 SCOPE: Scope = {"type": "http", "method": "POST", "path": "/v1/memories", "headers": []}
@@ -18,6 +19,7 @@ async def receive() -> Message:
 
 
 async def run(app: ShutdownCutMiddleware, scope: Scope = SCOPE) -> list[Message]:
+    scope = dict(scope)  # the layer adds the request's state to it
     sent: list[Message] = []
 
     async def send(message: Message) -> None:
@@ -43,6 +45,22 @@ async def test_a_request_cut_before_answering_is_told_to_retry() -> None:
     assert problem["type"].endswith("/shutting_down")
     assert problem["status"] == 503
     assert "retry it" in problem["detail"]
+
+
+async def test_a_request_cut_while_committing_is_told_the_outcome_is_unknown() -> None:
+    async def committing(scope: Scope, receive: Receive, send: Send) -> None:
+        scope["state"][COMMIT_CUT] = True  # as app/db.py marks it
+        raise asyncio.CancelledError
+
+    start, body = await run(ShutdownCutMiddleware(committing))
+    headers = {k.decode(): v.decode() for k, v in start["headers"]}
+    problem = json.loads(body["body"])
+
+    assert start["status"] == 503
+    assert headers["retry-after"] == "1"
+    assert headers["connection"] == "close"
+    assert problem["type"].endswith("/outcome_unknown")
+    assert "may or may not have been applied" in problem["detail"]
 
 
 async def test_a_request_cut_mid_answer_is_left_to_the_server_to_close() -> None:
