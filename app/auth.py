@@ -1,18 +1,22 @@
-"""Bearer API key -> tenant, and whether the tenant may make a request now. With auth
-disabled every call acts as the default tenant, under the service's default rate."""
+"""Bearer API key -> tenant, and whether the tenant may make a request now (its rate, its
+share of the requests in flight). With auth disabled every call acts as the default
+tenant, under the service's default limits."""
 
 from __future__ import annotations
 
 import math
 import uuid
 from dataclasses import dataclass
+from functools import partial
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from app.errors import RateLimited, Unauthorized
+from app.errors import ConcurrencyLimited, RateLimited, Unauthorized
 from app.models import DEFAULT_TENANT_ID
+from app.service.admission import at_request_end
 from app.service.metrics import REQUESTS_RATE_LIMITED
+from app.tenants.concurrency import TenantSlots
 from app.tenants.keys import hash_key
 from app.tenants.rate_limit import RateLimit, TenantRateLimiter
 from app.tenants.repository import KeyLookup
@@ -33,7 +37,7 @@ async def current_caller(
     resources = request.app.state.resources
     limiter: TenantRateLimiter = resources.rate_limiter
     if not resources.settings.auth_enabled:
-        _admit(limiter, DEFAULT_TENANT_ID, limiter.default)
+        _admit(request, DEFAULT_TENANT_ID, limiter.default)
         return Caller(DEFAULT_TENANT_ID)
     if credentials is None or not credentials.credentials:
         raise Unauthorized("missing `Authorization: Bearer <api key>` header")
@@ -44,15 +48,25 @@ async def current_caller(
         hash_key(credentials.credentials))
     if owner is None:
         raise Unauthorized("the API key is not valid or has been revoked")
-    _admit(limiter, owner.tenant_id, limiter.limit_for(owner.rate_limit))
+    _admit(request, owner.tenant_id, limiter.limit_for(owner.rate_limit))
     return Caller(owner.tenant_id)
 
 
-def _admit(limiter: TenantRateLimiter, tenant_id: uuid.UUID, limit: RateLimit) -> None:
-    """Before the request does any work, so a refused one changes nothing."""
-    wait = limiter.take(tenant_id, limit)
+def _admit(request: Request, tenant_id: uuid.UUID, limit: RateLimit) -> None:
+    """The tenant's rate, then its share of the requests in flight; before the request
+    does any work, so a refused one changes nothing."""
+    resources = request.app.state.resources
+    wait = resources.rate_limiter.take(tenant_id, limit)
     if wait > 0:
-        REQUESTS_RATE_LIMITED.inc()
+        REQUESTS_RATE_LIMITED.labels("rate").inc()
         raise RateLimited(
             f"this tenant's requests came faster than its limit ({limit.describe()}); "
             f"retry in {wait:.2f} s", retry_after=max(1, math.ceil(wait)))
+    slots: TenantSlots = resources.tenant_slots
+    if slots.limit:
+        if not slots.enter(tenant_id):
+            REQUESTS_RATE_LIMITED.labels("concurrency").inc()
+            raise ConcurrencyLimited(
+                f"this tenant already has {slots.limit} requests in flight here "
+                "(ENGRAM_TENANT_MAX_CONCURRENT_REQUESTS); retry once one has finished")
+        at_request_end(request.scope, partial(slots.leave, tenant_id))

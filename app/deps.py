@@ -30,7 +30,8 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
         404: "Not found in the caller's tenant",
         409: "Conflict",
         422: "Invalid input; `errors` names each bad field",
-        429: "The tenant's requests came faster than its rate limit (`rate_limited`); "
+        429: "The tenant's requests came faster than its rate limit (`rate_limited`), "
+             "or it had its share of the requests in flight (`concurrency_limited`); "
              "Retry-After says when to retry",
         502: "An upstream provider failed",
         503: "The database or a provider is unavailable, every database connection "

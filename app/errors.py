@@ -93,6 +93,14 @@ class RateLimited(AppError):
         self.retry_after = retry_after
 
 
+class ConcurrencyLimited(AppError):
+    """The tenant already had its share of the process's requests in flight
+    (app/tenants/concurrency.py)."""
+
+    status, code, title = 429, "concurrency_limited", "Too many requests"
+    retry_after = 1
+
+
 class DatabaseUnavailable(AppError):
     status, code, title = 503, "database_unavailable", "Database unavailable"
 

@@ -20,6 +20,7 @@ from app.search.pipeline import SearchPipeline
 from app.search.reader import SearchReader, memory_read_settings
 from app.search.repository import RetrievalLimits
 from app.settings import Settings
+from app.tenants.concurrency import TenantSlots
 from app.tenants.rate_limit import RateLimit, TenantRateLimiter
 
 log = logging.getLogger("engram")
@@ -50,6 +51,10 @@ class Resources:
     def rate_limiter(self) -> TenantRateLimiter:
         return TenantRateLimiter(RateLimit.of(self.settings.tenant_rate_limit,
                                               self.settings.tenant_rate_burst))
+
+    @cached_property
+    def tenant_slots(self) -> TenantSlots:
+        return TenantSlots(self.settings.tenant_max_concurrent_requests)
 
     @cached_property
     def search_limits(self) -> RetrievalLimits:

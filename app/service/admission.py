@@ -8,7 +8,8 @@ done for it after that is wasted while new requests queue behind it. A bounded q
 keeps the admitted requests fast and tells the others at once to retry, or to go to
 another replica. Probes and metrics are never held: a busy process is not a dead one.
 The requests in flight are a gauge, read at the scrape, so an operator sees the bound
-coming before requests are refused.
+coming before requests are refused. A request's own share of a smaller bound (a
+tenant's, app/tenants/concurrency.py) is given back here too, by `at_request_end`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -26,6 +28,15 @@ log = logging.getLogger("engram.admission")
 
 EXEMPT = frozenset({"/healthz", "/readyz", "/metrics"})
 _LOG_EVERY_SECONDS = 10.0
+_AT_END = "engram.at_request_end"
+
+
+def at_request_end(scope: Scope, end: Callable[[], None]) -> None:
+    """Run `end` once the request is over: answered, failed or cut by the shutdown.
+
+    What FastAPI's dependencies with `yield` do, at ~27 us a request for each (measured,
+    a trivial app) against ~0.1 us here; the tenant's slot is taken on every request."""
+    scope.setdefault("state", {}).setdefault(_AT_END, []).append(end)
 
 
 class AdmissionMiddleware:
@@ -47,6 +58,9 @@ class AdmissionMiddleware:
         if scope["type"] != "http" or scope["path"] in EXEMPT:
             await self.app(scope, receive, send)
             return
+        # Shared with the request (at_request_end); made here, since a copy of the scope
+        # made further in would not carry a dict created there back.
+        state = scope.setdefault("state", {})
         slots = self._slots
         if slots is not None:
             if slots.locked():
@@ -65,6 +79,8 @@ class AdmissionMiddleware:
             self.in_flight -= 1
             if slots is not None:
                 slots.release()
+            for end in state.pop(_AT_END, ()):
+                end()
 
     async def _shed(self, scope: Scope, receive: Receive, send: Send) -> None:
         REQUESTS_SHED.inc()

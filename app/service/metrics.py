@@ -35,8 +35,9 @@ REQUESTS_SHED = Counter("engram_http_requests_shed_total",
                         "Requests answered 503 overloaded: max_concurrent_requests were in "
                         "flight for request_queue_seconds", registry=REGISTRY)
 REQUESTS_RATE_LIMITED = Counter("engram_http_requests_rate_limited_total",
-                                "Requests answered 429 rate_limited: their tenant's requests "
-                                "came faster than its limit", registry=REGISTRY)
+                                "Requests answered 429 by their tenant's limit: `rate` (its "
+                                "requests came faster than its rate) or `concurrency` (it "
+                                "had its share in flight)", ["limit"], registry=REGISTRY)
 # Sessions' background work, so an operator sees a failing summariser without reading
 # every session's events.
 SESSION_FOLDS = Counter("engram_session_folds_total",

@@ -27,7 +27,7 @@ from sqlalchemy import text
 from app.db import asyncpg_dsn
 from app.migrate import head_revision
 from app.resources import Resources
-from tests.conftest import make_client
+from tests.conftest import make_client, memories_locked
 
 pytestmark = pytest.mark.slow
 
@@ -603,18 +603,6 @@ def test_json_logs_are_one_object_a_line_with_the_request_id(
 
 
 # Shutdown -------------------------------------------------------------------------------
-
-
-@asynccontextmanager
-async def memories_locked(resources: Resources) -> AsyncIterator[asyncpg.Connection]:
-    """`memories` locked by another connection, so a write waits (until released)."""
-    conn = await asyncpg.connect(asyncpg_dsn(resources.engine))
-    try:
-        async with conn.transaction():
-            await conn.execute("LOCK TABLE memories IN ACCESS EXCLUSIVE MODE")
-            yield conn
-    finally:
-        await conn.close()
 
 
 async def wait_for_a_write_waiting(conn: asyncpg.Connection, service: Service,

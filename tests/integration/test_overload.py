@@ -7,12 +7,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-import asyncpg
 import pytest
 
-from app.db import asyncpg_dsn
 from app.resources import Resources
-from tests.conftest import TenantKey, make_client, reconfigured
+from tests.conftest import TenantKey, make_client, memories_locked, reconfigured
 
 
 @pytest.fixture
@@ -26,22 +24,17 @@ async def test_a_request_past_the_bound_is_refused_while_one_is_stuck(
     one_slot: Resources, tenant: TenantKey,
 ) -> None:
     async with make_client(one_slot, tenant.headers) as client:
-        lock = await asyncpg.connect(asyncpg_dsn(one_slot.engine))
-        try:
-            async with lock.transaction():
-                await lock.execute("LOCK TABLE memories IN ACCESS EXCLUSIVE MODE")
-                stuck = asyncio.create_task(
-                    client.post("/v1/memories", json={"content": "written after a wait"}))
-                for _ in range(200):  # until the write waits for the lock
-                    if await lock.fetchval(
-                            "SELECT count(*) FROM pg_stat_activity "
-                            "WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid()"):
-                        break
-                    await asyncio.sleep(0.02)
-                refused = await client.post("/v1/memories", json={"content": "refused"})
-                ready = await client.get("/readyz")
-        finally:
-            await lock.close()
+        async with memories_locked(one_slot) as lock:
+            stuck = asyncio.create_task(
+                client.post("/v1/memories", json={"content": "written after a wait"}))
+            for _ in range(200):  # until the write waits for the lock
+                if await lock.fetchval(
+                        "SELECT count(*) FROM pg_stat_activity "
+                        "WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid()"):
+                    break
+                await asyncio.sleep(0.02)
+            refused = await client.post("/v1/memories", json={"content": "refused"})
+            ready = await client.get("/readyz")
         written = await stuck
         listed = await client.get("/v1/memories")
 

@@ -1,10 +1,12 @@
-"""Per-tenant rate limits through the app on the real database: past its limit a tenant
-is answered 429 problem+json with Retry-After before anything is done, other tenants go
-on, and a tenant's own limit (`tenants limit`) applies at its next request."""
+"""Per-tenant limits through the app on the real database: past its rate, or with its
+share of the requests in flight taken, a tenant is answered 429 problem+json with
+Retry-After before anything is done, other tenants go on, and a tenant's own rate
+(`tenants limit`) applies at its next request."""
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator
 
 import httpx
@@ -18,6 +20,7 @@ from tests.conftest import (
     count_memories,
     create_tenant_key,
     make_client,
+    memories_locked,
     reconfigured,
     sample,
 )
@@ -40,7 +43,7 @@ async def statuses(client: httpx.AsyncClient, n: int) -> list[int]:
 async def test_a_tenant_past_its_limit_is_refused_and_nothing_is_written(
     limited: Resources, tenant: TenantKey, other_tenant: TenantKey,
 ) -> None:
-    before = sample(RATE_LIMITED)
+    before = sample(RATE_LIMITED, limit="rate")
     async with make_client(limited, tenant.headers) as client, \
             make_client(limited, other_tenant.headers) as other:
         assert await statuses(client, 2) == [200, 200]
@@ -57,7 +60,7 @@ async def test_a_tenant_past_its_limit_is_refused_and_nothing_is_written(
     assert problem["request_id"] == refused.headers["x-request-id"]
     assert await count_memories(limited, tenant) == 0
     assert others == [200, 200]  # another tenant's bucket is its own
-    assert sample(RATE_LIMITED) == before + 1
+    assert sample(RATE_LIMITED, limit="rate") == before + 1
 
 
 async def test_the_limit_admits_again_once_a_token_is_back(
@@ -111,3 +114,54 @@ async def test_with_auth_off_the_default_tenant_has_the_services_limit(
 
 async def test_without_a_limit_nothing_is_refused(client: httpx.AsyncClient) -> None:
     assert await statuses(client, 50) == [200] * 50
+
+
+async def test_a_tenant_past_its_share_in_flight_is_refused_and_others_are_not(
+    resources: Resources, database_url: str, tenant: TenantKey, other_tenant: TenantKey,
+) -> None:
+    before = sample(RATE_LIMITED, limit="concurrency")
+    async with reconfigured(resources, database_url, tenant_max_concurrent_requests=1) as res, \
+            make_client(res, tenant.headers) as client, \
+            make_client(res, other_tenant.headers) as other:
+        async with memories_locked(res):
+            stuck = asyncio.create_task(
+                client.post("/v1/memories", json={"content": "written after a wait"}))
+            for _ in range(200):  # until the write holds the tenant's one slot
+                if res.tenant_slots.in_flight(tenant.tenant_id):
+                    break
+                await asyncio.sleep(0.02)
+            refused = await client.post("/v1/memories", json={"content": "refused"})
+            others = await other.get("/v1/sessions")
+        written = await stuck
+        after = await statuses(client, 3)
+        listed = await client.get("/v1/memories")
+        held_after = res.tenant_slots.in_flight(tenant.tenant_id)
+
+    assert refused.status_code == 429, refused.text
+    assert refused.headers["content-type"].startswith("application/problem+json")
+    assert refused.headers["retry-after"] == "1"
+    problem = refused.json()
+    assert problem["type"].endswith("/concurrency_limited")
+    assert "1 requests in flight" in problem["detail"]
+    assert others.status_code == 200, others.text  # another tenant's share is its own
+    assert written.status_code == 201, written.text
+    assert after == [200, 200, 200]  # the slot came back
+    assert [m["content"] for m in listed.json()["items"]] == ["written after a wait"]
+    assert held_after == 0
+    assert sample(RATE_LIMITED, limit="concurrency") == before + 1
+
+
+async def test_a_tenants_share_comes_back_after_errors(
+    resources: Resources, database_url: str, tenant: TenantKey,
+) -> None:
+    async with reconfigured(resources, database_url, tenant_max_concurrent_requests=1) as res, \
+            make_client(res, tenant.headers) as client:
+        answered = [
+            (await client.get(f"/v1/memories/{uuid.uuid4()}")).status_code,
+            (await client.post("/v1/memories", json={"content": ""})).status_code,
+            (await client.post("/v1/search", json={"query": "x", "top_k": 0})).status_code,
+            (await client.get("/v1/memories")).status_code,
+        ]
+        held = res.tenant_slots.in_flight(tenant.tenant_id)
+    assert answered == [404, 422, 422, 200]
+    assert held == 0

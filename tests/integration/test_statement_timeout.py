@@ -9,15 +9,13 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 
-import asyncpg
 import httpx
 import pytest
 from sqlalchemy import text
 
-from app.db import asyncpg_dsn, create_engine
+from app.db import create_engine
 from app.errors import DatabaseTimeout
 from app.resources import Resources
 from app.search.reader import SearchReader
@@ -26,20 +24,9 @@ from tests.conftest import (
     TenantKey,
     count_memories,
     make_client,
+    memories_locked,
     reconfigured,
 )
-
-
-@asynccontextmanager
-async def memories_locked(resources: Resources) -> AsyncIterator[None]:
-    """`memories` locked as a migration altering it would, by another connection."""
-    conn = await asyncpg.connect(asyncpg_dsn(resources.engine))
-    try:
-        async with conn.transaction():
-            await conn.execute("LOCK TABLE memories IN ACCESS EXCLUSIVE MODE")
-            yield
-    finally:
-        await conn.close()
 
 
 def assert_timed_out(resp: httpx.Response) -> None:

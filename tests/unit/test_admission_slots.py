@@ -4,12 +4,13 @@ while when none is, refused with a 503 problem after that; probes never held."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 
 import pytest
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.service.admission import AdmissionMiddleware
+from app.service.admission import AdmissionMiddleware, at_request_end
 from app.service.metrics import REGISTRY
 
 
@@ -176,3 +177,35 @@ async def test_without_a_bound_the_requests_in_flight_are_still_counted() -> Non
     held.release.set()
     await asyncio.gather(*requests)
     assert (during, in_flight()) == (3, 0)
+
+
+async def test_what_a_request_holds_is_given_back_however_it_ends() -> None:
+    ended: list[str] = []
+
+    def holding(name: str, then: BaseException | None) -> ASGIApp:
+        async def app(scope: Scope, receive: Receive, send: Send) -> None:
+            at_request_end(scope, lambda: ended.append(name))
+            assert ended == []  # not before the request is over
+            if then is not None:
+                raise then
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"{}"})
+        return app
+
+    for name, then in (("answered", None), ("failed", RuntimeError("a bug")),
+                       ("cut", asyncio.CancelledError())):
+        ended.clear()
+        with contextlib.suppress(RuntimeError, asyncio.CancelledError):
+            await call(AdmissionMiddleware(holding(name, then), limit=0, wait_seconds=0))
+        assert ended == [name]
+
+
+async def test_nothing_runs_at_the_end_of_a_request_that_held_nothing() -> None:
+    seen: list[Scope] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        seen.append(scope)
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+
+    await call(AdmissionMiddleware(app, limit=4, wait_seconds=0))
+    assert seen[0]["state"] == {}

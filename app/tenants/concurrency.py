@@ -1,0 +1,46 @@
+"""How many of one tenant's requests this process serves at once.
+
+The process's bound (app/service/admission.py) is for all tenants together, and a rate
+limit (app/tenants/rate_limit.py) bounds how often requests start, not how long they
+run: a tenant whose requests are slow (synchronous consolidation runs waiting on an LLM,
+large batches) could still hold every slot at a modest rate. Past its share a tenant's
+next request is refused at once, so the slots left are there for the others. Pure: a
+count per tenant, kept only while it is above zero.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+
+class TenantSlots:
+    """Atomic under asyncio: `enter` and `leave` never await."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit  # 0: no bound
+        self._in_flight: dict[uuid.UUID, int] = {}
+
+    def enter(self, tenant_id: uuid.UUID) -> bool:
+        """Take one of the tenant's slots; False (nothing taken) when all are taken."""
+        if self.limit <= 0:
+            return True
+        held = self._in_flight.get(tenant_id, 0)
+        if held >= self.limit:
+            return False
+        self._in_flight[tenant_id] = held + 1
+        return True
+
+    def leave(self, tenant_id: uuid.UUID) -> None:
+        if self.limit <= 0:
+            return
+        held = self._in_flight.get(tenant_id, 0) - 1
+        if held > 0:
+            self._in_flight[tenant_id] = held
+        else:
+            self._in_flight.pop(tenant_id, None)
+
+    def in_flight(self, tenant_id: uuid.UUID) -> int:
+        return self._in_flight.get(tenant_id, 0)
+
+    def __len__(self) -> int:
+        return len(self._in_flight)
