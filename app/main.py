@@ -39,7 +39,13 @@ Every answer carries an `X-Request-ID` header: the request's own when it sent on
 characters of letters, digits and `._:-`), else a new one. The service's log lines written
 while the request ran carry it, and so does a problem body (`request_id`); so do the
 calls it makes to the embeddings API and the LLM, and the jobs it queues (as
-`<request id>.job-<job id>`)."""
+`<request id>.job-<job id>`).
+
+A 429 (`rate_limited`, `concurrency_limited`: the tenant's limits) changed nothing and
+carries `Retry-After`: wait that many seconds, then retry. So does a 503, when it carries
+the header, with one exception: 503 `outcome_unknown` says the database stopped answering
+while the change was committed, so it may have been applied; retry a create with the same
+`Idempotency-Key`, and read other changes back first."""
 
 
 def freeze_startup_objects() -> None:

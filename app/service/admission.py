@@ -7,9 +7,10 @@ the pools, the event loop): every request gets slow, its client gives up, and th
 done for it after that is wasted while new requests queue behind it. A bounded queue
 keeps the admitted requests fast and tells the others at once to retry, or to go to
 another replica. Probes and metrics are never held: a busy process is not a dead one.
-The requests in flight are a gauge, read at the scrape, so an operator sees the bound
-coming before requests are refused. A request's own share of a smaller bound (a
-tenant's, app/tenants/concurrency.py) is given back here too, by `at_request_end`.
+The requests in flight, and those waiting for a slot, are gauges read at the scrape, so
+an operator sees the bound coming before requests are refused. A request's own share of
+a smaller bound (a tenant's, app/tenants/concurrency.py) is given back here too, by
+`at_request_end`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import Callable
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.errors import problem_response
-from app.service.metrics import REQUESTS_IN_FLIGHT, REQUESTS_SHED
+from app.service.metrics import REQUESTS_IN_FLIGHT, REQUESTS_QUEUED, REQUESTS_SHED
 
 log = logging.getLogger("engram.admission")
 
@@ -51,8 +52,10 @@ class AdmissionMiddleware:
         self._shed_unlogged = 0
         self._logged_at = -_LOG_EVERY_SECONDS
         self.in_flight = 0
+        self.queued = 0
         # Read at the scrape, so an admitted request pays no metric's lock.
         REQUESTS_IN_FLIGHT.set_function(lambda: self.in_flight)
+        REQUESTS_QUEUED.set_function(lambda: self.queued)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in EXEMPT:
@@ -64,12 +67,15 @@ class AdmissionMiddleware:
         slots = self._slots
         if slots is not None:
             if slots.locked():
+                self.queued += 1
                 try:
                     async with asyncio.timeout(self.wait_seconds):
                         await slots.acquire()
                 except TimeoutError:
                     await self._shed(scope, receive, send)
                     return
+                finally:
+                    self.queued -= 1
             else:
                 await slots.acquire()  # a free slot: returns without yielding
         self.in_flight += 1

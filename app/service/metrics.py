@@ -31,6 +31,10 @@ REQUESTS_IN_FLIGHT = Gauge("engram_http_requests_in_flight",
                            "Requests being served now (not probes or metrics), as of the "
                            "scrape; past max_concurrent_requests the next ones wait",
                            registry=REGISTRY)
+REQUESTS_QUEUED = Gauge("engram_http_requests_queued",
+                        "Requests waiting for one of max_concurrent_requests to finish, as "
+                        "of the scrape; past request_queue_seconds they are shed",
+                        registry=REGISTRY)
 REQUESTS_SHED = Counter("engram_http_requests_shed_total",
                         "Requests answered 503 overloaded: max_concurrent_requests were in "
                         "flight for request_queue_seconds", registry=REGISTRY)

@@ -168,6 +168,28 @@ async def test_the_requests_in_flight_are_a_gauge_read_at_the_scrape() -> None:
     assert in_flight() == 0
 
 
+def queued() -> float:
+    return REGISTRY.get_sample_value("engram_http_requests_queued") or 0.0
+
+
+async def test_the_requests_waiting_for_a_slot_are_a_gauge_too() -> None:
+    held = Held()
+    app = AdmissionMiddleware(held, limit=1, wait_seconds=0.2)
+    first = asyncio.create_task(call(app))
+    await settle()
+    waiting = [asyncio.create_task(call(app)) for _ in range(2)]
+    await settle()
+    during = (in_flight(), queued())
+    shed = await asyncio.gather(*waiting)  # the held one never finishes in time
+    after_shedding = queued()
+    held.release.set()
+    await first
+
+    assert during == (1, 2)
+    assert [answer[0]["status"] for answer in shed] == [503, 503]
+    assert (after_shedding, queued(), in_flight()) == (0, 0, 0)
+
+
 async def test_without_a_bound_the_requests_in_flight_are_still_counted() -> None:
     held = Held()
     app = AdmissionMiddleware(held, limit=0, wait_seconds=0)
