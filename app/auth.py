@@ -37,7 +37,7 @@ async def current_caller(
     resources = request.app.state.resources
     limiter: TenantRateLimiter = resources.rate_limiter
     if not resources.settings.auth_enabled:
-        _admit(request, DEFAULT_TENANT_ID, limiter.default)
+        _admit(request, DEFAULT_TENANT_ID, limiter.default, resources.tenant_slots.default)
         return Caller(DEFAULT_TENANT_ID)
     if credentials is None or not credentials.credentials:
         raise Unauthorized("missing `Authorization: Bearer <api key>` header")
@@ -48,11 +48,12 @@ async def current_caller(
         hash_key(credentials.credentials))
     if owner is None:
         raise Unauthorized("the API key is not valid or has been revoked")
-    _admit(request, owner.tenant_id, limiter.limit_for(owner.rate_limit))
+    _admit(request, owner.tenant_id, limiter.limit_for(owner.rate_limit),
+           resources.tenant_slots.limit_for(owner.max_in_flight))
     return Caller(owner.tenant_id)
 
 
-def _admit(request: Request, tenant_id: uuid.UUID, limit: RateLimit) -> None:
+def _admit(request: Request, tenant_id: uuid.UUID, limit: RateLimit, share: int) -> None:
     """The tenant's rate, then its share of the requests in flight; before the request
     does any work, so a refused one changes nothing."""
     resources = request.app.state.resources
@@ -62,11 +63,11 @@ def _admit(request: Request, tenant_id: uuid.UUID, limit: RateLimit) -> None:
         raise RateLimited(
             f"this tenant's requests came faster than its limit ({limit.describe()}); "
             f"retry in {wait:.2f} s", retry_after=max(1, math.ceil(wait)))
-    slots: TenantSlots = resources.tenant_slots
-    if slots.limit:
-        if not slots.enter(tenant_id):
+    if share > 0:
+        slots: TenantSlots = resources.tenant_slots
+        if not slots.enter(tenant_id, share):
             REQUESTS_RATE_LIMITED.labels("concurrency").inc()
             raise ConcurrencyLimited(
-                f"this tenant already has {slots.limit} requests in flight here "
-                "(ENGRAM_TENANT_MAX_CONCURRENT_REQUESTS); retry once one has finished")
+                f"this tenant already has {share} requests in flight here, its share; "
+                "retry once one has finished")
         at_request_end(request.scope, partial(slots.leave, tenant_id))

@@ -12,13 +12,16 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.service import log_format
 from app.settings import Settings, format_settings_error
 from app.tenants.rate_limit import RateLimit
+
+if TYPE_CHECKING:
+    from app.tenants.repository import LimitChange, TenantSummary
 
 
 def _load_settings() -> Settings:
@@ -122,25 +125,24 @@ async def _tenants(settings: Settings, args: argparse.Namespace) -> int:
     from app.db import create_sessionmaker
     from app.errors import AppError
     from app.tenants.repository import TenantRepository
-    from app.tenants.service import deletable, delete_tenant, set_rate_limit
+    from app.tenants.service import deletable, delete_tenant, set_limits
 
-    default = RateLimit.of(settings.tenant_rate_limit, settings.tenant_rate_burst)
     async with _database(settings) as engine:
         if args.action == "list":
             async with create_sessionmaker(engine)() as session:
                 for t in await TenantRepository(session).summaries():
                     print(f"{t.id}  {t.name:<20} {t.created_at:%Y-%m-%d}  keys "
                           f"{t.active_keys:<4} memories {t.memories:<9} sessions "
-                          f"{t.sessions:<6} rate {_rate_text(t.rate_limit, default)}")
+                          f"{t.sessions:<6} {_limits_text(t, settings)}")
             return 0
         try:
             if args.action == "limit":
-                if args.default and args.burst is not None:
-                    print("engram: --burst goes with --rate, not --default", file=sys.stderr)
+                change = _limit_change(args)
+                if isinstance(change, str):
+                    print(f"engram: {change}", file=sys.stderr)
                     return 2
-                own = None if args.default else RateLimit.of(args.rate, args.burst)
-                t = await set_rate_limit(engine, args.tenant, own)
-                print(f"tenant {t.name!r}: {_rate_text(t.rate_limit, default)}")
+                t = await set_limits(engine, args.tenant, change)
+                print(f"tenant {t.name!r}: {_limits_text(t, settings)}")
                 return 0
             if not args.yes:
                 t = await deletable(engine, args.tenant)
@@ -157,10 +159,35 @@ async def _tenants(settings: Settings, args: argparse.Namespace) -> int:
         return 0
 
 
-def _rate_text(own: RateLimit | None, default: RateLimit) -> str:
-    if own is None:
-        return f"{default.describe()} (the service's default)"
-    return own.describe()
+def _limit_change(args: argparse.Namespace) -> LimitChange | str:
+    """The change `tenants limit` asks for, or why it cannot be made."""
+    from app.tenants.repository import KEEP, LimitChange
+
+    if args.default:
+        if args.rate is not None or args.in_flight is not None or args.burst is not None:
+            return "--default sets both limits; give it alone"
+        return LimitChange(rate=None, max_in_flight=None)
+    if args.rate is None and args.in_flight is None:
+        return "say --rate, --in-flight or --default"
+    if args.burst is not None and not isinstance(args.rate, float):
+        return "--burst goes with a --rate number"
+    return LimitChange(
+        rate=KEEP if args.rate is None
+        else None if args.rate == DEFAULT else RateLimit.of(args.rate, args.burst),
+        max_in_flight=KEEP if args.in_flight is None
+        else None if args.in_flight == DEFAULT else args.in_flight)
+
+
+def _limits_text(t: TenantSummary, settings: Settings) -> str:
+    default_rate = RateLimit.of(settings.tenant_rate_limit, settings.tenant_rate_burst)
+    rate = (f"{default_rate.describe()} (the service's default)" if t.rate_limit is None
+            else t.rate_limit.describe())
+    share = settings.tenant_max_concurrent_requests if t.max_in_flight is None \
+        else t.max_in_flight
+    in_flight = f"at most {share}" if share else "no bound"
+    if t.max_in_flight is None:
+        in_flight += " (the service's default)"
+    return f"rate {rate}; in flight {in_flight}"
 
 
 async def _reembed(settings: Settings, args: argparse.Namespace) -> int:
@@ -303,6 +330,15 @@ def _ranged(kind: type[_N], low: _N, high: _N) -> Callable[[str], _N]:
 
 _rate = _ranged(float, 0.0, 1_000_000.0)
 _burst = _ranged(int, 1, 1_000_000)
+_in_flight = _ranged(int, 0, 100_000)
+DEFAULT = "default"
+
+
+def _or_default(parse: Callable[[str], _N]) -> Callable[[str], _N | str]:
+    """An argparse type that also takes the word `default`."""
+    def parse_or_default(value: str) -> _N | str:
+        return DEFAULT if value == DEFAULT else parse(value)
+    return parse_or_default
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -328,16 +364,20 @@ def build_parser() -> argparse.ArgumentParser:
     remove.add_argument("--yes", action="store_true", help="delete; without it, only say "
                                                             "what would go")
     limit = tenants_sub.add_parser(
-        "limit", help="set the requests per second a tenant may make of each process "
-                      "(past it: 429), or give it back the service's default; a running "
-                      "service applies it at the tenant's next request")
+        "limit", help="set a tenant's own limits in each process (past them: 429), or give "
+                      "it back the service's; a running service applies them at the "
+                      "tenant's next request")
     limit.add_argument("tenant", type=_bounded_name)
-    which = limit.add_mutually_exclusive_group(required=True)
-    which.add_argument("--rate", type=_rate, help="requests per second; 0: no limit")
-    which.add_argument("--default", action="store_true",
-                       help="follow ENGRAM_TENANT_RATE_LIMIT / _BURST again")
+    limit.add_argument("--rate", type=_or_default(_rate),
+                       help="requests per second; 0: no limit; `default`: the service's "
+                            "(ENGRAM_TENANT_RATE_LIMIT / _BURST)")
     limit.add_argument("--burst", type=_burst, default=None,
                        help="how many may come at once (default: one second's worth)")
+    limit.add_argument("--in-flight", type=_or_default(_in_flight),
+                       help="how many of its requests at once; 0: no bound; `default`: "
+                            "the service's (ENGRAM_TENANT_MAX_CONCURRENT_REQUESTS)")
+    limit.add_argument("--default", action="store_true",
+                       help="the service's defaults for both")
     again = sub.add_parser(
         "reembed", help="re-embed every stored memory with the configured embedder (after "
                         "changing it); the service must be stopped")

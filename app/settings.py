@@ -49,7 +49,8 @@ class Settings(BaseSettings):
     tenant_rate_burst: int = Field(default=0, ge=0, le=1_000_000)
     # How many of one tenant's requests this process serves at once; past it the next is
     # answered 429 concurrency_limited at once (app/tenants/concurrency.py), so slow
-    # requests of one tenant cannot hold every slot above. 0: no bound.
+    # requests of one tenant cannot hold every slot above. 0: no bound. `python -m app
+    # tenants limit --in-flight` sets a tenant's own.
     tenant_max_concurrent_requests: int = Field(default=0, ge=0, le=100_000)
 
     # Database pool. Two cores serve HTTP, the model and PostgreSQL, so a small

@@ -19,6 +19,7 @@ class Tenant(Base):
     __table_args__ = (
         CheckConstraint("rate_limit_per_second >= 0", name="rate_limit_valid"),
         CheckConstraint("rate_limit_burst >= 0", name="rate_burst_valid"),
+        CheckConstraint("max_in_flight >= 0", name="max_in_flight_valid"),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
@@ -30,3 +31,6 @@ class Tenant(Base):
     # default. 0: no limit. A NULL burst is one second's worth.
     rate_limit_per_second: Mapped[float | None] = mapped_column(Double, nullable=True)
     rate_limit_burst: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # The tenant's own share of the requests in flight (app/tenants/concurrency.py); NULL:
+    # the service's default. 0: no bound.
+    max_in_flight: Mapped[int | None] = mapped_column(Integer, nullable=True)

@@ -4,8 +4,9 @@ The process's bound (app/service/admission.py) is for all tenants together, and 
 limit (app/tenants/rate_limit.py) bounds how often requests start, not how long they
 run: a tenant whose requests are slow (synchronous consolidation runs waiting on an LLM,
 large batches) could still hold every slot at a modest rate. Past its share a tenant's
-next request is refused at once, so the slots left are there for the others. Pure: a
-count per tenant, kept only while it is above zero.
+next request is refused at once, so the slots left are there for the others. The share
+is the service's default unless the tenant has its own (`python -m app tenants limit
+--in-flight`). Pure: a count per tenant, kept only while it is above zero.
 """
 
 from __future__ import annotations
@@ -16,23 +17,27 @@ import uuid
 class TenantSlots:
     """Atomic under asyncio: `enter` and `leave` never await."""
 
-    def __init__(self, limit: int) -> None:
-        self.limit = limit  # 0: no bound
+    def __init__(self, default: int) -> None:
+        self.default = default  # a tenant's share unless it has its own; 0: no bound
         self._in_flight: dict[uuid.UUID, int] = {}
 
-    def enter(self, tenant_id: uuid.UUID) -> bool:
-        """Take one of the tenant's slots; False (nothing taken) when all are taken."""
-        if self.limit <= 0:
+    def limit_for(self, own: int | None) -> int:
+        return self.default if own is None else own
+
+    def enter(self, tenant_id: uuid.UUID, limit: int) -> bool:
+        """Take one of the tenant's `limit` slots; False (nothing taken) when all are
+        taken. A `limit` of 0 is no bound and counts nothing: `leave` only after an
+        `enter` under a bound. A limit lowered below what a tenant holds refuses it until
+        enough have left."""
+        if limit <= 0:
             return True
         held = self._in_flight.get(tenant_id, 0)
-        if held >= self.limit:
+        if held >= limit:
             return False
         self._in_flight[tenant_id] = held + 1
         return True
 
     def leave(self, tenant_id: uuid.UUID) -> None:
-        if self.limit <= 0:
-            return
         held = self._in_flight.get(tenant_id, 0) - 1
         if held > 0:
             self._in_flight[tenant_id] = held

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,10 +17,10 @@ from app.models import ApiKey, ChatSession, Memory, Tenant
 from app.tenants.rate_limit import RateLimit
 
 # ix_api_keys_key_hash; a key hash is unique per tenant, and SHA-256 collisions across
-# tenants are not a concern, so at most one row. The tenant's own rate limit comes in
-# the same statement (its primary key), so a changed limit applies at the next request.
+# tenants are not a concern, so at most one row. The tenant's own limits come in the
+# same statement (its primary key), so a changed limit applies at the next request.
 _OWNER_OF_KEY_HASH = (
-    "SELECT k.tenant_id, t.rate_limit_per_second, t.rate_limit_burst"
+    "SELECT k.tenant_id, t.rate_limit_per_second, t.rate_limit_burst, t.max_in_flight"
     " FROM api_keys k JOIN tenants t ON t.id = k.tenant_id"
     " WHERE k.key_hash = $1 AND k.revoked_at IS NULL LIMIT 1"
 )
@@ -28,8 +29,9 @@ _OWNER_OF_KEY_HASH = (
 @dataclass(frozen=True)
 class KeyOwner:
     tenant_id: uuid.UUID
-    # The tenant's own limit; None: the service's default.
+    # The tenant's own limits; None: the service's default.
     rate_limit: RateLimit | None
+    max_in_flight: int | None
 
 
 class KeyLookup:
@@ -44,9 +46,10 @@ class KeyLookup:
         rows = await self.db.fetch(_OWNER_OF_KEY_HASH, key_hash)
         if not rows:
             return None
-        tenant_id, per_second, burst = rows[0]
+        tenant_id, per_second, burst, max_in_flight = rows[0]
         return KeyOwner(tenant_id,
-                        None if per_second is None else RateLimit.of(per_second, burst))
+                        None if per_second is None else RateLimit.of(per_second, burst),
+                        max_in_flight)
 
 
 @dataclass(frozen=True)
@@ -57,8 +60,27 @@ class TenantSummary:
     active_keys: int
     memories: int
     sessions: int
-    # The tenant's own limit (app/tenants/rate_limit.py); None: the service's default.
+    # The tenant's own limits (app/tenants/rate_limit.py, concurrency.py); None: the
+    # service's default.
     rate_limit: RateLimit | None = None
+    max_in_flight: int | None = None
+
+
+class _Keep(enum.Enum):
+    KEEP = "keep"
+
+
+KEEP = _Keep.KEEP
+"""A limit a change leaves as it is."""
+
+
+@dataclass(frozen=True)
+class LimitChange:
+    """Which of a tenant's own limits to set: a value, None (the service's default), or
+    KEEP."""
+
+    rate: RateLimit | _Keep | None = KEEP
+    max_in_flight: int | _Keep | None = KEEP
 
 
 class TenantRepository:
@@ -110,23 +132,30 @@ class TenantRepository:
         sessions = (select(func.count()).select_from(ChatSession)
                     .where(ChatSession.tenant_id == Tenant.id).scalar_subquery())
         stmt = select(Tenant.id, Tenant.name, Tenant.created_at, keys, memories, sessions,
-                      Tenant.rate_limit_per_second, Tenant.rate_limit_burst)
+                      Tenant.rate_limit_per_second, Tenant.rate_limit_burst,
+                      Tenant.max_in_flight)
         if name is not None:
             stmt = stmt.where(Tenant.name == name)
         rows = await self.session.execute(stmt.order_by(Tenant.name))
         return [TenantSummary(tid, tname, created, n_keys, n_memories, n_sessions,
-                              None if rate is None else RateLimit.of(rate, burst))
-                for tid, tname, created, n_keys, n_memories, n_sessions, rate, burst
+                              None if rate is None else RateLimit.of(rate, burst), in_flight)
+                for tid, tname, created, n_keys, n_memories, n_sessions, rate, burst, in_flight
                 in rows.all()]
 
-    async def set_rate_limit(self, name: str, limit: RateLimit | None) -> bool:
-        """The tenant's own limit, or (None) the service's default again; False when no
-        tenant has the name."""
+    async def set_limits(self, name: str, change: LimitChange) -> bool:
+        """Set the limits `change` names (None: the service's default again), leave the
+        others; False when no tenant has the name."""
+        values: dict[str, object] = {}
+        if change.rate is not KEEP:
+            rate = change.rate
+            values["rate_limit_per_second"] = None if rate is None else rate.per_second
+            values["rate_limit_burst"] = None if rate is None else rate.burst
+        if change.max_in_flight is not KEEP:
+            values["max_in_flight"] = change.max_in_flight
+        if not values:
+            return await self.get_tenant(name) is not None
         result = await self.session.execute(
-            update(Tenant).where(Tenant.name == name).values(
-                rate_limit_per_second=None if limit is None else limit.per_second,
-                rate_limit_burst=None if limit is None else limit.burst)
-            .returning(Tenant.id))
+            update(Tenant).where(Tenant.name == name).values(values).returning(Tenant.id))
         return result.first() is not None
 
     async def delete(self, tenant_id: uuid.UUID) -> bool:

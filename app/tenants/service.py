@@ -1,5 +1,5 @@
 """An operator's tenant commands (not endpoints): deleting a tenant with everything it
-holds, and setting its own request rate."""
+holds, and setting its own limits."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from app.errors import Conflict, NotFound
 from app.memories.repository import purge_tenant
 from app.models import DEFAULT_TENANT_ID
 from app.sessions.repository import purge_tenant_sessions
-from app.tenants.rate_limit import RateLimit
-from app.tenants.repository import TenantRepository, TenantSummary
+from app.tenants.repository import LimitChange, TenantRepository, TenantSummary
 from app.worker.queue import drop_tenant_jobs
 
 
@@ -41,12 +40,11 @@ async def delete_tenant(engine: AsyncEngine, name: str) -> TenantSummary:
     return tenant
 
 
-async def set_rate_limit(engine: AsyncEngine, name: str,
-                         limit: RateLimit | None) -> TenantSummary:
-    """Give the tenant `limit` (None: the service's default again). A running service
-    reads it with the tenant's next request's key, so it needs no restart."""
+async def set_limits(engine: AsyncEngine, name: str, change: LimitChange) -> TenantSummary:
+    """Give the tenant the limits `change` names (None: the service's default again). A
+    running service reads them with the tenant's next request's key: no restart."""
     async with create_sessionmaker(engine)() as session, session.begin():
-        if not await TenantRepository(session).set_rate_limit(name, limit):
+        if not await TenantRepository(session).set_limits(name, change):
             raise NotFound(f"no tenant named {name!r}")
     return await _summary(engine, name)
 

@@ -167,51 +167,60 @@ async def test_tenants_are_listed_and_deleted_only_with_yes(
     assert "Traceback" not in refused.stderr
 
 
-async def test_a_tenants_own_rate_limit_is_set_listed_and_given_back(
+async def test_a_tenants_own_limits_are_set_listed_and_given_back(
     database_url: str, resources: Resources
 ) -> None:
     tenant = f"rated-{uuid.uuid4().hex[:8]}"
     assert (await cli(database_url, "keys", "create", "--tenant", tenant)).returncode == 0
-    service_default = {"ENGRAM_TENANT_RATE_LIMIT": "50"}
+    service = {"ENGRAM_TENANT_RATE_LIMIT": "50", "ENGRAM_TENANT_MAX_CONCURRENT_REQUESTS": "8"}
+    defaults = ("rate 50 requests/s, bursts of 50 (the service's default); "
+                "in flight at most 8 (the service's default)")
 
-    async def row() -> str:
-        listed = await cli(database_url, "tenants", "list", **service_default)
-        [line] = [line for line in listed.stdout.splitlines() if f" {tenant} " in line]
-        return line
+    async def limits(*args: str) -> str:
+        if args:
+            run = await cli(database_url, "tenants", "limit", tenant, *args, **service)
+            assert run.returncode == 0, run.stderr
+            [line] = meaningful_lines(run.stdout)
+            assert line.startswith(f"tenant {tenant!r}: ")
+            said = line.split(": ", 1)[1]
+        listed = await cli(database_url, "tenants", "list", **service)
+        [row] = [line for line in listed.stdout.splitlines() if f" {tenant} " in line]
+        shown = row[row.index("rate "):]
+        if args:
+            assert shown == said
+        return shown
 
-    assert row_rate(await row()) == "50 requests/s, bursts of 50 (the service's default)"
-    set_ = await cli(database_url, "tenants", "limit", tenant, "--rate", "2.5", "--burst", "10")
-    assert set_.returncode == 0, set_.stderr
-    assert meaningful_lines(set_.stdout) == [
-        f"tenant {tenant!r}: 2.5 requests/s, bursts of 10"]
-    assert row_rate(await row()) == "2.5 requests/s, bursts of 10"
-    unlimited = await cli(database_url, "tenants", "limit", tenant, "--rate", "0")
-    assert meaningful_lines(unlimited.stdout) == [f"tenant {tenant!r}: no limit"]
-    back = await cli(database_url, "tenants", "limit", tenant, "--default", **service_default)
-    assert meaningful_lines(back.stdout) == [
-        f"tenant {tenant!r}: 50 requests/s, bursts of 50 (the service's default)"]
+    assert await limits() == defaults
+    assert await limits("--rate", "2.5", "--burst", "10") == (
+        "rate 2.5 requests/s, bursts of 10; in flight at most 8 (the service's default)")
+    assert await limits("--in-flight", "3") == (
+        "rate 2.5 requests/s, bursts of 10; in flight at most 3")
+    assert await limits("--rate", "0", "--in-flight", "0") == "rate no limit; in flight no bound"
+    assert await limits("--rate", "default") == (
+        "rate 50 requests/s, bursts of 50 (the service's default); in flight no bound")
+    assert await limits("--default") == defaults
     async with resources.engine.connect() as conn:
         stored = (await conn.execute(text(
-            "SELECT rate_limit_per_second, rate_limit_burst FROM tenants WHERE name = :n"),
-            {"n": tenant})).one()
-    assert tuple(stored) == (None, None)
+            "SELECT rate_limit_per_second, rate_limit_burst, max_in_flight FROM tenants "
+            "WHERE name = :n"), {"n": tenant})).one()
+    assert tuple(stored) == (None, None, None)
 
     missing = await cli(database_url, "tenants", "limit", "no-such-tenant", "--rate", "1")
     assert missing.returncode == 1
     assert meaningful_lines(missing.stderr) == ["engram: no tenant named 'no-such-tenant'"]
-    for bad in (["--rate", "-1"], ["--rate", "nan"], ["--rate", "1", "--burst", "0"],
-                ["--rate", "1", "--default"], []):
+    for bad, why in ((["--rate", "-1"], "must be 0 to 1000000"),
+                     (["--rate", "nan"], "must be 0 to 1000000"),
+                     (["--rate", "1", "--burst", "0"], "must be 1 to 1000000"),
+                     (["--in-flight", "1.5"], "must be a whole number"),
+                     (["--rate", "1", "--default"], "--default sets both limits"),
+                     (["--default", "--burst", "3"], "--default sets both limits"),
+                     (["--rate", "default", "--burst", "3"], "--burst goes with a --rate"),
+                     (["--burst", "3"], "say --rate, --in-flight or --default"),
+                     ([], "say --rate, --in-flight or --default")):
         refused = await cli(database_url, "tenants", "limit", tenant, *bad)
         assert refused.returncode == 2, (bad, refused.stderr)
+        assert why in refused.stderr, (bad, refused.stderr)
         assert "Traceback" not in refused.stderr
-    burst_alone = await cli(database_url, "tenants", "limit", tenant, "--default",
-                            "--burst", "3")
-    assert burst_alone.returncode == 2
-    assert "--burst goes with --rate" in burst_alone.stderr
-
-
-def row_rate(line: str) -> str:
-    return line.split(" rate ", 1)[1]
 
 
 async def test_migrate_reports_schema_at_head(database_url: str) -> None:

@@ -14,7 +14,8 @@ import pytest
 
 from app.resources import Resources
 from app.tenants.rate_limit import RateLimit
-from app.tenants.service import set_rate_limit
+from app.tenants.repository import LimitChange
+from app.tenants.service import set_limits
 from tests.conftest import (
     TenantKey,
     count_memories,
@@ -92,13 +93,13 @@ async def test_a_tenants_own_limit_applies_at_its_next_request(
                 make_client(res, fresh.headers) as other:
             assert await statuses(client, 3) == [200, 200, 429]
 
-            await set_rate_limit(res.engine, tenant.name, RateLimit.of(0.0, None))
+            await set_limits(res.engine, tenant.name, LimitChange(rate=RateLimit.of(0.0, None)))
             assert await statuses(client, 20) == [200] * 20  # its own: no limit
 
-            await set_rate_limit(res.engine, tenant.name, None)  # the default again
+            await set_limits(res.engine, tenant.name, LimitChange(rate=None))  # the default again
             assert await statuses(client, 1) == [429]
 
-            await set_rate_limit(res.engine, fresh.name, RateLimit.of(0.1, 5))
+            await set_limits(res.engine, fresh.name, LimitChange(rate=RateLimit.of(0.1, 5)))
             assert await statuses(other, 6) == [200] * 5 + [429]
 
 
@@ -142,7 +143,7 @@ async def test_a_tenant_past_its_share_in_flight_is_refused_and_others_are_not(
     assert refused.headers["retry-after"] == "1"
     problem = refused.json()
     assert problem["type"].endswith("/concurrency_limited")
-    assert "1 requests in flight" in problem["detail"]
+    assert "1 requests in flight here, its share" in problem["detail"]
     assert others.status_code == 200, others.text  # another tenant's share is its own
     assert written.status_code == 201, written.text
     assert after == [200, 200, 200]  # the slot came back
@@ -165,3 +166,30 @@ async def test_a_tenants_share_comes_back_after_errors(
         held = res.tenant_slots.in_flight(tenant.tenant_id)
     assert answered == [404, 422, 422, 200]
     assert held == 0
+
+
+async def test_a_tenants_own_share_applies_at_its_next_request(
+    resources: Resources, database_url: str, tenant: TenantKey, other_tenant: TenantKey,
+) -> None:
+    async with reconfigured(resources, database_url, tenant_max_concurrent_requests=1) as res, \
+            make_client(res, tenant.headers) as client, \
+            make_client(res, other_tenant.headers) as other:
+        await set_limits(res.engine, tenant.name, LimitChange(max_in_flight=2))
+        await set_limits(res.engine, other_tenant.name, LimitChange(max_in_flight=0))
+        async with memories_locked(res):
+            stuck = [asyncio.create_task(client.post("/v1/memories", json={"content": c}))
+                     for c in ("first", "second")]
+            others = [asyncio.create_task(other.post("/v1/memories", json={"content": c}))
+                      for c in ("a", "b", "c")]
+            for _ in range(200):  # until its two writes hold its two slots
+                if res.tenant_slots.in_flight(tenant.tenant_id) == 2:
+                    break
+                await asyncio.sleep(0.02)
+            refused = await client.get("/v1/memories")
+            unbounded = len(res.tenant_slots)  # the other tenant is not counted
+        written = [r.status_code for r in await asyncio.gather(*stuck, *others)]
+
+    assert refused.status_code == 429, refused.text
+    assert "2 requests in flight here" in refused.json()["detail"]
+    assert written == [201] * 5
+    assert unbounded == 1
