@@ -54,20 +54,23 @@ async def current_caller(
 
 
 def _admit(request: Request, tenant_id: uuid.UUID, limit: RateLimit, share: int) -> None:
-    """The tenant's rate, then its share of the requests in flight; before the request
-    does any work, so a refused one changes nothing."""
+    """The tenant's share of the requests in flight, then its rate; before the request
+    does any work, so a refused one changes nothing: neither takes a token nor holds a
+    slot (nothing here awaits, so no other request comes in between)."""
     resources = request.app.state.resources
+    slots: TenantSlots = resources.tenant_slots
+    if not slots.enter(tenant_id, share):
+        REQUESTS_RATE_LIMITED.labels("concurrency").inc()
+        raise ConcurrencyLimited(
+            f"this tenant already has {share} requests in flight here, its share; "
+            "retry once one has finished")
     wait = resources.rate_limiter.take(tenant_id, limit)
     if wait > 0:
+        if share > 0:
+            slots.leave(tenant_id)
         REQUESTS_RATE_LIMITED.labels("rate").inc()
         raise RateLimited(
             f"this tenant's requests came faster than its limit ({limit.describe()}); "
             f"retry in {wait:.2f} s", retry_after=max(1, math.ceil(wait)))
     if share > 0:
-        slots: TenantSlots = resources.tenant_slots
-        if not slots.enter(tenant_id, share):
-            REQUESTS_RATE_LIMITED.labels("concurrency").inc()
-            raise ConcurrencyLimited(
-                f"this tenant already has {share} requests in flight here, its share; "
-                "retry once one has finished")
         at_request_end(request.scope, partial(slots.leave, tenant_id))

@@ -193,3 +193,29 @@ async def test_a_tenants_own_share_applies_at_its_next_request(
     assert "2 requests in flight here" in refused.json()["detail"]
     assert written == [201] * 5
     assert unbounded == 1
+
+
+async def test_a_refusal_by_one_limit_takes_nothing_of_the_other(
+    resources: Resources, database_url: str, tenant: TenantKey,
+) -> None:
+    # Two tokens, none back while the test runs; one request in flight at a time.
+    async with reconfigured(resources, database_url, tenant_rate_limit=0.1,
+                            tenant_rate_burst=2, tenant_max_concurrent_requests=1) as res, \
+            make_client(res, tenant.headers) as client:
+        async with memories_locked(res):
+            stuck = asyncio.create_task(  # takes the first token and the one slot
+                client.post("/v1/memories", json={"content": "written after a wait"}))
+            for _ in range(200):
+                if res.tenant_slots.in_flight(tenant.tenant_id):
+                    break
+                await asyncio.sleep(0.02)
+            refused_in_flight = await statuses(client, 3)
+        written = await stuck
+        # The second token is still there: the refusals above took none.
+        after = await statuses(client, 2)
+        held = res.tenant_slots.in_flight(tenant.tenant_id)
+
+    assert written.status_code == 201, written.text
+    assert refused_in_flight == [429, 429, 429]
+    assert after == [200, 429]
+    assert held == 0  # the refusal by rate holds no slot
