@@ -135,6 +135,8 @@ async def _tenants(settings: Settings, args: argparse.Namespace) -> int:
                           f"{t.active_keys:<4} memories {t.memories:<9} sessions "
                           f"{t.sessions:<6} {_limits_text(t, settings)}")
             return 0
+        if args.action in ("export", "import"):
+            return await _transfer(engine, args)
         try:
             if args.action == "limit":
                 change = _limit_change(args)
@@ -157,6 +159,51 @@ async def _tenants(settings: Settings, args: argparse.Namespace) -> int:
         print(f"deleted tenant {t.name!r}: {t.memories} memories, {t.sessions} sessions, "
               f"{t.active_keys} active keys, and its consolidation runs")
         return 0
+
+
+async def _transfer(engine: AsyncEngine, args: argparse.Namespace) -> int:
+    """`tenants export NAME FILE`, `tenants import FILE [--as NAME] [--replace --yes]`."""
+    from app.embedding_space.service import ServiceRunning
+    from app.errors import AppError
+    from app.tenants.service import summary
+    from app.tenants.transfer import export_tenant, import_tenant, read_header
+    from app.tenants.transfer_format import TransferError
+
+    path = Path(args.file)
+    try:
+        if args.action == "export":
+            report = await export_tenant(engine, args.tenant, path)
+            print(f"exported tenant {report.tenant!r}: {_rows_text(report.rows)} to "
+                  f"{path} ({report.size_bytes / 1e6:.1f} MB in {report.seconds:.1f} s)")
+            return 0
+        if args.replace and not args.yes:
+            header = read_header(path)
+            name = args.as_name or header.tenant_name
+            held = await summary(engine, name)
+            print(f"engram: tenant {name!r} holds {held.memories} memories and "
+                  f"{held.sessions} sessions; --yes replaces them with the export's (tenant "
+                  f"{header.tenant_name!r}, taken {header.exported_at}); its keys and "
+                  "limits stay", file=sys.stderr)
+            return 1
+        report = await import_tenant(engine, path, name=args.as_name, replace=args.replace)
+    except (AppError, TransferError, ServiceRunning) as exc:
+        detail = exc.detail if isinstance(exc, AppError) else str(exc)
+        print(f"engram: {detail}", file=sys.stderr)
+        return 1
+    how = ("as a new tenant" if report.replaced is None else
+           f"over its {report.replaced['memories']} memories and "
+           f"{report.replaced['sessions']} sessions")
+    print(f"imported tenant {report.tenant!r} {how}: {_rows_text(report.rows)} from {path} "
+          f"in {report.seconds:.1f} s"
+          + (f"; {report.runs_failed} consolidation runs under way at the export ended "
+             "failed" if report.runs_failed else ""))
+    return 0
+
+
+def _rows_text(rows: dict[str, int]) -> str:
+    return (f"{rows['memories']} memories ({rows['memory_versions']} earlier states), "
+            f"{rows['sessions']} sessions ({rows['session_turns']} turns), "
+            f"{rows['consolidation_runs']} consolidation runs, {rows['api_keys']} keys")
 
 
 def _limit_change(args: argparse.Namespace) -> LimitChange | str:
@@ -355,7 +402,8 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--tenant", default=None)
     revoke = keys_sub.add_parser("revoke", help="revoke a key by id")
     revoke.add_argument("key_id", type=uuid.UUID)
-    tenants = sub.add_parser("tenants", help="list tenants, delete one with all it holds")
+    tenants = sub.add_parser("tenants", help="list tenants, delete one with all it holds, "
+                                             "export or import one, set its limits")
     tenants_sub = tenants.add_subparsers(dest="action", required=True)
     tenants_sub.add_parser("list", help="tenants with their keys, memories and sessions")
     remove = tenants_sub.add_parser(
@@ -363,6 +411,23 @@ def build_parser() -> argparse.ArgumentParser:
     remove.add_argument("tenant", type=_bounded_name)
     remove.add_argument("--yes", action="store_true", help="delete; without it, only say "
                                                             "what would go")
+    export = tenants_sub.add_parser(
+        "export", help="write one tenant's data (memories with their vectors and history, "
+                       "sessions, consolidation runs, keys, limits) to a file, from one "
+                       "consistent snapshot; the service may run")
+    export.add_argument("tenant", type=_bounded_name)
+    export.add_argument("file", help="the file to write (gzip-compressed JSON Lines)")
+    bring = tenants_sub.add_parser(
+        "import", help="import a tenant export, all or nothing: as a new tenant (with its "
+                       "keys and limits), or with --replace over an existing one's data")
+    bring.add_argument("file")
+    bring.add_argument("--as", dest="as_name", type=_bounded_name, default=None,
+                       help="the tenant's name here (default: its name in the export)")
+    bring.add_argument("--replace", action="store_true",
+                       help="replace the data of the existing tenant of that name (its "
+                            "memories, sessions, runs); its keys and limits stay")
+    bring.add_argument("--yes", action="store_true",
+                       help="with --replace: do it; without, only say what would go")
     limit = tenants_sub.add_parser(
         "limit", help="set a tenant's own limits in each process (past them: 429), or give "
                       "it back the service's; a running service applies them at the "

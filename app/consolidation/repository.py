@@ -347,12 +347,10 @@ ADD_PROGRESS = """
      WHERE tenant_id = $1 AND id = $2"""
 
 
-ABANDONED_RUNS = text("""
-    UPDATE consolidation_runs AS r
-       SET status = 'failed', finished_at = now(), error = :error
-     WHERE r.status = 'running'
-       AND r.lock_pid IS NOT NULL
-       AND NOT EXISTS (
+# A started run `r` whose lock its holder still holds: it is being run now.
+RUN_LOCK_HELD = """
+       r.lock_pid IS NOT NULL
+       AND EXISTS (
            SELECT 1 FROM pg_locks AS l
             WHERE l.locktype = 'advisory' AND l.granted
               AND l.database = (SELECT oid FROM pg_database
@@ -360,7 +358,14 @@ ABANDONED_RUNS = text("""
               AND l.pid = r.lock_pid
               AND l.classid = ((r.lock_key >> 32) & 4294967295)::oid
               AND l.objid = (r.lock_key & 4294967295)::oid
-              AND l.objsubid = 1)
+              AND l.objsubid = 1)"""
+
+ABANDONED_RUNS = text(f"""
+    UPDATE consolidation_runs AS r
+       SET status = 'failed', finished_at = now(), error = :error
+     WHERE r.status = 'running'
+       AND r.lock_pid IS NOT NULL
+       AND NOT ({RUN_LOCK_HELD})
     RETURNING r.tenant_id, r.id, r.trigger
 """)
 

@@ -16,7 +16,7 @@ from app.worker.queue import drop_tenant_jobs
 
 async def deletable(engine: AsyncEngine, name: str) -> TenantSummary:
     """The tenant `delete_tenant` would delete, with what it holds; refused as it would be."""
-    tenant = await _summary(engine, name)
+    tenant = await summary(engine, name)
     if tenant.id == DEFAULT_TENANT_ID:
         raise Conflict("the default tenant is who every call acts as with authentication "
                        "off, so it is not deleted; delete its memories and sessions through "
@@ -46,10 +46,11 @@ async def set_limits(engine: AsyncEngine, name: str, change: LimitChange) -> Ten
     async with create_sessionmaker(engine)() as session, session.begin():
         if not await TenantRepository(session).set_limits(name, change):
             raise NotFound(f"no tenant named {name!r}")
-    return await _summary(engine, name)
+    return await summary(engine, name)
 
 
-async def _summary(engine: AsyncEngine, name: str) -> TenantSummary:
+async def summary(engine: AsyncEngine, name: str) -> TenantSummary:
+    """The tenant named `name`, with what it holds."""
     async with create_sessionmaker(engine)() as session:
         found = await TenantRepository(session).summaries(name)
     if not found:

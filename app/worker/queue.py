@@ -24,7 +24,7 @@ from pgqueuer.domain.settings import DBSettings, Durability
 from pgqueuer.ports.driver import Driver
 from pgqueuer.queries import Queries
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from app.service import request_id
 
@@ -121,9 +121,14 @@ async def drop_tenant_jobs(engine: AsyncEngine, tenant_id: uuid.UUID) -> int:
     """Delete a tenant's jobs still waiting (every job's payload names its tenant); how
     many. Running ones are left to end: their rows are gone, so they find nothing."""
     async with engine.begin() as conn:
-        result = await conn.execute(text(
-            f"DELETE FROM {QUEUE_SCHEMA}.{QUEUE_SETTINGS.queue_table} "
-            "WHERE status = 'queued' "
-            "AND convert_from(payload, 'UTF8')::jsonb ->> 'tenant_id' = :t"),
-            {"t": str(tenant_id)})
-        return int(result.rowcount or 0)
+        return await drop_tenant_jobs_on(conn, tenant_id)
+
+
+async def drop_tenant_jobs_on(conn: AsyncConnection, tenant_id: uuid.UUID) -> int:
+    """`drop_tenant_jobs` in the caller's transaction."""
+    result = await conn.execute(text(
+        f"DELETE FROM {QUEUE_SCHEMA}.{QUEUE_SETTINGS.queue_table} "
+        "WHERE status = 'queued' "
+        "AND convert_from(payload, 'UTF8')::jsonb ->> 'tenant_id' = :t"),
+        {"t": str(tenant_id)})
+    return int(result.rowcount or 0)
