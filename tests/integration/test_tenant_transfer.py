@@ -100,7 +100,9 @@ async def answers(res: Resources, key: TenantKey) -> dict[str, Any]:
 
 async def filled(res: Resources) -> TenantKey:
     """A tenant with rows in every table, history and limits of its own: 7 memories (5
-    archived by a run, its summary, one changed once)."""
+    archived by a run, its summary, one changed once); the vectors' model recorded, as a
+    service's start records it."""
+    await check_on_start(res.engine, res.embedder)
     key = await create_tenant_key(res)
     await fill(res, key)
     async with make_client(res, key.headers) as client:
@@ -119,11 +121,18 @@ async def filled(res: Resources) -> TenantKey:
     return key
 
 
+async def exported(res: Resources, tmp_path: Path) -> tuple[TenantKey, Path]:
+    """A filled tenant, and its export."""
+    tenant = await filled(res)
+    file = tmp_path / "t.jsonl.gz"
+    await export_tenant(res.engine, tenant.name, file)
+    return tenant, file
+
+
 async def test_a_tenant_moved_to_another_database_is_there_row_for_row(
     resources: Resources, database_url: str, tmp_path: Path,
 ) -> None:
     source = await filled(resources)
-    await check_on_start(resources.engine, resources.embedder)
     before = await rows_of(resources, source.tenant_id)
     served = await answers(resources, source)
     file = tmp_path / "acme.jsonl.gz"
@@ -157,10 +166,7 @@ async def test_a_tenant_moved_to_another_database_is_there_row_for_row(
 async def test_an_import_over_a_tenant_replaces_its_data_and_keeps_its_keys(
     resources: Resources, tmp_path: Path,
 ) -> None:
-    tenant = await filled(resources)
-    file = tmp_path / "snapshot.jsonl.gz"
-    await check_on_start(resources.engine, resources.embedder)
-    await export_tenant(resources.engine, tenant.name, file)
+    tenant, file = await exported(resources, tmp_path)
     at_export = await rows_of(resources, tenant.tenant_id)
     async with make_client(resources, tenant.headers) as client:
         listed = (await client.get("/v1/memories")).json()["items"]
@@ -211,10 +217,7 @@ async def test_an_import_over_a_tenant_replaces_its_data_and_keeps_its_keys(
 async def test_an_import_over_a_tenant_is_confirmed_first(
     resources: Resources, database_url: str, tmp_path: Path,
 ) -> None:
-    tenant = await filled(resources)
-    file = tmp_path / "t.jsonl.gz"
-    await check_on_start(resources.engine, resources.embedder)
-    await export_tenant(resources.engine, tenant.name, file)
+    tenant, file = await exported(resources, tmp_path)
     async with make_client(resources, tenant.headers) as client:
         assert (await client.post("/v1/memories", json={"content": "kept"})).status_code == 201
     before = await rows_of(resources, tenant.tenant_id)
@@ -242,7 +245,6 @@ async def test_an_export_is_one_snapshot(
     resources: Resources, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     tenant = await filled(resources)
-    await check_on_start(resources.engine, resources.embedder)
     at_start = await rows_of(resources, tenant.tenant_id)
     rows = TransferRepository.rows
 
@@ -274,7 +276,6 @@ async def test_a_run_under_way_at_the_export_is_imported_failed(
     resources: Resources, database_url: str, tmp_path: Path,
 ) -> None:
     tenant = await filled(resources)
-    await check_on_start(resources.engine, resources.embedder)
     async with resources.engine.begin() as conn:
         await conn.execute(text(
             "UPDATE consolidation_runs SET status = 'running', finished_at = NULL, "
@@ -295,10 +296,7 @@ async def test_a_run_under_way_at_the_export_is_imported_failed(
 async def test_an_import_that_does_not_fit_changes_nothing(
     resources: Resources, database_url: str, tmp_path: Path,
 ) -> None:
-    tenant = await filled(resources)
-    await check_on_start(resources.engine, resources.embedder)
-    file = tmp_path / "t.jsonl.gz"
-    await export_tenant(resources.engine, tenant.name, file)
+    tenant, file = await exported(resources, tmp_path)
     with gzip.open(file, "rt") as fh:
         lines = fh.readlines()
 
@@ -359,10 +357,7 @@ async def test_an_import_that_does_not_fit_changes_nothing(
 async def test_an_import_into_the_database_it_came_from_is_refused_unless_replacing(
     resources: Resources, tmp_path: Path,
 ) -> None:
-    tenant = await filled(resources)
-    await check_on_start(resources.engine, resources.embedder)
-    file = tmp_path / "t.jsonl.gz"
-    await export_tenant(resources.engine, tenant.name, file)
+    tenant, file = await exported(resources, tmp_path)
     before = await rows_of(resources, tenant.tenant_id)
 
     with pytest.raises(Conflict, match=f"tenant {tenant.name!r} here is the exported "
@@ -383,10 +378,7 @@ async def test_an_import_into_the_database_it_came_from_is_refused_unless_replac
 async def test_a_key_another_tenant_holds_is_refused(
     resources: Resources, database_url: str, tmp_path: Path,
 ) -> None:
-    tenant = await filled(resources)
-    await check_on_start(resources.engine, resources.embedder)
-    file = tmp_path / "t.jsonl.gz"
-    await export_tenant(resources.engine, tenant.name, file)
+    tenant, file = await exported(resources, tmp_path)
     async with another_database(resources, database_url) as target:
         holder = await create_tenant_key(target)
         async with target.engine.begin() as conn:  # the exported key, under another tenant
@@ -405,10 +397,7 @@ async def test_a_key_another_tenant_holds_is_refused(
 async def test_an_empty_database_takes_the_exports_model_but_not_while_served(
     resources: Resources, database_url: str, tmp_path: Path,
 ) -> None:
-    tenant = await filled(resources)
-    await check_on_start(resources.engine, resources.embedder)
-    file = tmp_path / "t.jsonl.gz"
-    await export_tenant(resources.engine, tenant.name, file)
+    tenant, file = await exported(resources, tmp_path)
 
     async with another_database(resources, database_url, started=False) as fresh:
         await import_tenant(fresh.engine, file)  # nothing recorded yet: it records
