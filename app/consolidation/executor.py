@@ -24,6 +24,7 @@ from app.consolidation.repository import GroupWriter, Snapshot, SourceState
 from app.consolidation.schemas import ConsolidationGroup, ConsolidationRequest
 from app.consolidation.txn import RunTransactions
 from app.consolidation.types import Entry, Group, OpResult
+from app.errors import answer_lost
 from app.ids import uuid7
 from app.resources import Resources
 from app.validation import RESERVED_METADATA_KEYS
@@ -121,6 +122,16 @@ class GroupExecutor:
                 unwritten = self._unwritten(group, "skipped", "sources_changed", str(exc),
                                             result)
             except (asyncpg.PostgresError, OSError) as exc:
+                if answer_lost(exc):
+                    # No answer came (the client gave up waiting, or the connection broke):
+                    # the group may be committed, or be committed yet by a backend that
+                    # still holds it. The run ends here; its record is rebuilt from the
+                    # memories table under the run row's lock, which that transaction
+                    # holds until it ends (runs._fail), or by the crash sweep once its
+                    # backend is gone.
+                    log.warning("consolidation group write went unanswered; the run stops "
+                                "and its record will say what was applied: %r", exc)
+                    raise
                 log.warning("consolidation group write failed, left as it was: %s", exc)
                 detail = str(exc)[:500]
                 unwritten = self._unwritten(group, "failed", "write_failed", detail, result)

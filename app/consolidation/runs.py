@@ -42,8 +42,8 @@ log = logging.getLogger("engram.consolidation")
 RUN_JOB = "consolidation.run"
 """The job that runs a queued (`async: true`) run; its payload names the run."""
 
-CUT_OFF = ("the run was cut off (the process running it stopped or crashed); "
-           "groups it committed stay committed")
+CUT_OFF = ("the run was cut off (the process running it stopped or crashed, or its "
+           "database connection stopped answering); groups it committed stay committed")
 NEVER_STARTED = ("the run never started: its queued job ended without running it (every "
                  "try failed; the worker's log says why); nothing was changed")
 

@@ -23,7 +23,7 @@ from app.consolidation.schemas import (
 )
 from app.consolidation.stored import composition_to_show, request_to_show
 from app.cursors import cut_page, decode_cursor
-from app.errors import Conflict, NotFound, ValidationFailed
+from app.errors import Conflict, NotFound, OutcomeUnknown, ValidationFailed
 from app.ids import uuid7
 from app.models import ConsolidationRun
 from app.resources import Resources
@@ -89,6 +89,15 @@ class ConsolidationService:
         # The run opens its own short transactions; the request's session stays unused.
         run = await ConsolidationRunner(self.resources, self.tenant_id).run_now(
             request, composition)
+        if run.status == "running":
+            # It stopped on a group whose COMMIT went unanswered, and its record could not
+            # be settled yet: the group's transaction still held it (runs._fail).
+            raise OutcomeUnknown(
+                f"the database stopped answering while consolidation run {run.id} wrote a "
+                "group, so whether that group was applied is not known yet; the run's "
+                "record is settled from the memories table once that connection has ended "
+                f"(within a minute of it): read GET /v1/consolidations/{run.id} before "
+                "running it again")
         return 200, to_result(run)
 
     async def _queue(self, request: ConsolidationRequest,
