@@ -25,6 +25,9 @@ from app.tenants.repository import KeyLookup
 @dataclass(frozen=True)
 class Caller:
     tenant_id: uuid.UUID
+    # The most active memories one of its users holds (its own or the service's); 0: no
+    # cap (app/memories/capacity.py).
+    memories_per_user: int = 0
 
 
 _bearer = HTTPBearer(auto_error=False, description="An Engram API key: `Bearer egm_...`")
@@ -38,7 +41,7 @@ async def current_caller(
     limiter: TenantRateLimiter = resources.rate_limiter
     if not resources.settings.auth_enabled:
         _admit(request, DEFAULT_TENANT_ID, limiter.default, resources.tenant_slots.default)
-        return Caller(DEFAULT_TENANT_ID)
+        return Caller(DEFAULT_TENANT_ID, resources.settings.max_memories_per_user)
     if credentials is None or not credentials.credentials:
         raise Unauthorized("missing `Authorization: Bearer <api key>` header")
     # One statement on the read pool, outside any transaction: through a session of its
@@ -50,7 +53,9 @@ async def current_caller(
         raise Unauthorized("the API key is not valid or has been revoked")
     _admit(request, owner.tenant_id, limiter.limit_for(owner.rate_limit),
            resources.tenant_slots.limit_for(owner.max_in_flight))
-    return Caller(owner.tenant_id)
+    per_user = owner.max_memories_per_user
+    return Caller(owner.tenant_id, resources.settings.max_memories_per_user
+                  if per_user is None else per_user)
 
 
 def _admit(request: Request, tenant_id: uuid.UUID, limit: RateLimit, share: int) -> None:

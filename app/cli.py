@@ -208,21 +208,25 @@ def _rows_text(rows: dict[str, int]) -> str:
 
 def _limit_change(args: argparse.Namespace) -> LimitChange | str:
     """The change `tenants limit` asks for, or why it cannot be made."""
-    from app.tenants.repository import KEEP, LimitChange
+    from app.tenants.repository import KEEP, Keep, LimitChange
 
+    given = (args.rate, args.in_flight, args.memories_per_user)
     if args.default:
-        if args.rate is not None or args.in_flight is not None or args.burst is not None:
-            return "--default sets both limits; give it alone"
-        return LimitChange(rate=None, max_in_flight=None)
-    if args.rate is None and args.in_flight is None:
-        return "say --rate, --in-flight or --default"
+        if any(v is not None for v in given) or args.burst is not None:
+            return "--default sets every limit; give it alone"
+        return LimitChange(rate=None, max_in_flight=None, max_memories_per_user=None)
+    if all(v is None for v in given):
+        return "say --rate, --in-flight, --memories-per-user or --default"
     if args.burst is not None and not isinstance(args.rate, float):
         return "--burst goes with a --rate number"
+
+    def own(value: int | str | None) -> int | Keep | None:
+        return KEEP if value is None else None if value == DEFAULT else int(value)
+
     return LimitChange(
         rate=KEEP if args.rate is None
         else None if args.rate == DEFAULT else RateLimit.of(args.rate, args.burst),
-        max_in_flight=KEEP if args.in_flight is None
-        else None if args.in_flight == DEFAULT else args.in_flight)
+        max_in_flight=own(args.in_flight), max_memories_per_user=own(args.memories_per_user))
 
 
 def _limits_text(t: TenantSummary, settings: Settings) -> str:
@@ -234,7 +238,12 @@ def _limits_text(t: TenantSummary, settings: Settings) -> str:
     in_flight = f"at most {share}" if share else "no bound"
     if t.max_in_flight is None:
         in_flight += " (the service's default)"
-    return f"rate {rate}; in flight {in_flight}"
+    cap = settings.max_memories_per_user if t.max_memories_per_user is None \
+        else t.max_memories_per_user
+    per_user = f"at most {cap}" if cap else "no cap"
+    if t.max_memories_per_user is None:
+        per_user += " (the service's default)"
+    return f"rate {rate}; in flight {in_flight}; memories per user {per_user}"
 
 
 async def _reembed(settings: Settings, args: argparse.Namespace) -> int:
@@ -378,6 +387,7 @@ def _ranged(kind: type[_N], low: _N, high: _N) -> Callable[[str], _N]:
 _rate = _ranged(float, 0.0, 1_000_000.0)
 _burst = _ranged(int, 1, 1_000_000)
 _in_flight = _ranged(int, 0, 100_000)
+_per_user = _ranged(int, 0, 100_000_000)
 DEFAULT = "default"
 
 
@@ -441,8 +451,12 @@ def build_parser() -> argparse.ArgumentParser:
     limit.add_argument("--in-flight", type=_or_default(_in_flight),
                        help="how many of its requests at once; 0: no bound; `default`: "
                             "the service's (ENGRAM_TENANT_MAX_CONCURRENT_REQUESTS)")
+    limit.add_argument("--memories-per-user", type=_or_default(_per_user),
+                       help="the most active memories one of its users holds (a write past "
+                            "it archives the least important); 0: no cap; `default`: the "
+                            "service's (ENGRAM_MAX_MEMORIES_PER_USER)")
     limit.add_argument("--default", action="store_true",
-                       help="the service's defaults for both")
+                       help="the service's defaults for every limit")
     again = sub.add_parser(
         "reembed", help="re-embed every stored memory with the configured embedder (after "
                         "changing it); the service must be stopped")

@@ -179,6 +179,11 @@ class Settings(BaseSettings):
     consolidation_summary_importance: float = Field(default=0.7, ge=0.0, le=1.0)
     # Every N memories written in a scope enqueue a synthesize-only run; 0 = off.
     auto_consolidate_every: int = Field(default=0, ge=0, le=1_000_000)
+    # The most active memories (facts and summaries, expired ones until purged) one user
+    # of a tenant holds; a write past it archives the user's least important, then oldest,
+    # others (app/memories/capacity.py). 0: no cap. `python -m app tenants limit
+    # --memories-per-user` sets a tenant's own.
+    max_memories_per_user: int = Field(default=0, ge=0, le=100_000_000)
 
     # Sessions (app/sessions): the context strategy a new session runs, the context's
     # budget in estimated tokens (4 characters each), and the rolling summary's folds:

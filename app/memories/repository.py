@@ -20,6 +20,7 @@ from sqlalchemy import (
     insert,
     or_,
     select,
+    text,
     tuple_,
     update,
 )
@@ -29,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from app.db import Fetcher, delete_in_batches, delete_in_statements, jsonb
 from app.models import SCOPE_COLUMNS, Memory, MemoryVersion
 from app.models.vector import vector_text
+from app.search.term_stats import USER_KEY
 
 _TABLE = cast(Table, Memory.__table__)
 # The row dicts are keyed by attribute; a Core insert wants column names (`metadata_`
@@ -91,6 +93,41 @@ class MemoryFilter:
 DELETE_BATCH = 1000
 """Rows one statement of a filtered delete removes: the statistics triggers fold each
 statement's change, so none folds a huge one."""
+
+
+# The capacity bound (app/memories/capacity.py). The lock is per tenant and user, for the
+# transaction; the key hashed from text, apart from the consolidation's scope locks. It is
+# its own statement: a statement's snapshot is taken before it waits for a lock, and the
+# count must see what the write it waited for committed.
+_LOCK_USER = text("SELECT pg_advisory_xact_lock(hashtextextended(:lock, 25))")
+# One statement (one firing of the statistics' update trigger): the user's active rows as
+# the triggers count them (a few index entries, this transaction's insert included),
+# then as many victims as that is past the cap, expired ones first (through
+# ix_memories_tenant_user_expiring: those the purge has not reached), then in
+# ix_memories_tenant_user_evict's order. Each chosen once, in a materialized CTE: as `id
+# IN (SELECT ... LIMIT n)` the planner ran the subquery again and archived more than `n`.
+_EVICT = text("""
+WITH past AS MATERIALIZED (
+    SELECT greatest(coalesce(sum(df), 0) - :cap, 0) AS n FROM term_stats
+    WHERE tenant_id = :t AND lexeme = :key),
+expired AS MATERIALIZED (
+    SELECT id FROM memories
+    WHERE tenant_id = :t AND user_id = :u AND expires_at IS NOT NULL
+      AND archived_at IS NULL AND expires_at <= now()
+      AND id <> ALL(CAST(:keep AS uuid[]))
+    LIMIT (SELECT n FROM past) FOR UPDATE),
+ranked AS MATERIALIZED (
+    SELECT id FROM memories
+    WHERE tenant_id = :t AND user_id = :u AND archived_at IS NULL
+      AND id <> ALL(CAST(:keep AS uuid[])) AND id NOT IN (SELECT id FROM expired)
+    ORDER BY importance, created_at, id
+    LIMIT (SELECT n - (SELECT count(*) FROM expired) FROM past) FOR UPDATE),
+gone AS (
+    UPDATE memories m SET archived_at = now()
+    FROM (SELECT id FROM expired UNION ALL SELECT id FROM ranked) v
+    WHERE m.tenant_id = :t AND m.id = v.id
+    RETURNING 1)
+SELECT count(*) FROM gone""")
 
 
 def live(now: Any = None) -> Any:
@@ -159,6 +196,16 @@ class MemoryRepository:
         erased = await self.session.execute(delete(MemoryVersion).where(
             MemoryVersion.tenant_id == self.tenant_id, MemoryVersion.memory_id == memory_id))
         return int(cast(CursorResult[Any], erased).rowcount or 0)
+
+    async def evict_past_cap(self, user_id: str, cap: int, keep: Sequence[uuid.UUID]) -> int:
+        """Archive as many of the user's active memories as it holds past `cap`, expired
+        ones first, then by (importance, created_at, id), never those in `keep`; how many.
+        Holds the user's lock until the transaction ends, so the next write of the user
+        counts after this one's change."""
+        await self.session.execute(_LOCK_USER, {"lock": f"{self.tenant_id}/{user_id}"})
+        return int((await self.session.execute(_EVICT, {
+            "t": self.tenant_id, "u": user_id, "keep": list(keep), "cap": cap,
+            "key": USER_KEY + user_id})).scalar_one())
 
     async def delete_matching(self, filters: MemoryFilter, batch: int = DELETE_BATCH) -> int:
         """Delete every memory matching `filters`, expired ones too; how many. In

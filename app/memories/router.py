@@ -13,6 +13,7 @@ from app.consolidation.auto import AutoConsolidation
 from app.deps import CallerDep, SessionDep, problems, refuse_unknown_params
 from app.errors import ValidationFailed
 from app.idempotency.http import IdempotencyKey, keyed_create
+from app.memories.capacity import CapacityBound
 from app.memories.repository import MemoryFilter, MemoryReader, MemoryRepository
 from app.memories.schemas import (
     Memory,
@@ -85,8 +86,10 @@ def _service(request: Request, session: SessionDep, caller: CallerDep) -> Memory
     resources = request.app.state.resources
     every = resources.settings.auto_consolidate_every
     auto = AutoConsolidation(session, caller.tenant_id, every).after_write if every else None
-    return MemoryService(MemoryRepository(session, caller.tenant_id), resources.embedder,
-                         after_write=auto)
+    repository = MemoryRepository(session, caller.tenant_id)
+    capacity = (CapacityBound(repository, caller.memories_per_user)
+                if caller.memories_per_user > 0 else None)
+    return MemoryService(repository, resources.embedder, after_write=auto, capacity=capacity)
 
 
 @router.post("", operation_id="createMemory", summary="Store one memory", status_code=201,

@@ -12,6 +12,7 @@ from typing import Any
 from app.cursors import cut_page, decode_cursor, decode_text_cursor
 from app.errors import NotFound, ValidationFailed
 from app.ids import uuid7
+from app.memories.capacity import CapacityBound
 from app.memories.repository import MemoryFilter, MemoryReader, MemoryRepository
 from app.memories.schemas import (
     Memory,
@@ -64,17 +65,24 @@ AfterWrite = Callable[[Sequence[dict[str, Any]]], Awaitable[None]]
 
 class MemoryService:
     def __init__(self, repository: MemoryRepository, embedder: Embedder,
-                 after_write: AfterWrite | None = None) -> None:
+                 after_write: AfterWrite | None = None,
+                 capacity: CapacityBound | None = None) -> None:
         self.repository = repository
         self.embedder = embedder
         self.after_write = after_write
+        self.capacity = capacity
 
     async def create_many(self, items: Sequence[MemoryCreate]) -> list[Memory]:
-        """Embeds every item in one batched call, then writes them in one statement."""
+        """Embeds every item in one batched call, then writes them in one statement; a
+        user past its cap loses its least valuable others in the same transaction."""
+        if self.capacity is not None:
+            self.capacity.check(items)
         vectors = await self.embedder.embed([item.content for item in items])
         now = datetime.now(UTC)
         rows = [_row_for(item, vec, now) for item, vec in zip(items, vectors, strict=True)]
         await self.repository.insert_many(rows)
+        if self.capacity is not None:
+            await self.capacity.after_write(rows)
         if self.after_write is not None:
             await self.after_write(rows)
         return [_memory_from_row(row) for row in rows]

@@ -82,6 +82,16 @@ class Memory(Base):
         # whether a run's summary has been folded again.
         Index("ix_memories_summary_of", "summary_of", postgresql_using="gin",
               postgresql_where=text("fact_role = 'summary'")),
+        # A user's active memories, least important and oldest first (migration 0025):
+        # the capacity bound's victims, found without reading the user's other rows.
+        Index("ix_memories_tenant_user_evict", "tenant_id", "user_id", "importance",
+              "created_at", "id",
+              postgresql_where=text("archived_at IS NULL AND user_id IS NOT NULL")),
+        # And its expired ones, which go first: through ix_memories_expires_at a user's
+        # were found among every tenant's expired rows the purge had not reached yet.
+        Index("ix_memories_tenant_user_expiring", "tenant_id", "user_id", "expires_at",
+              postgresql_where=text("expires_at IS NOT NULL AND archived_at IS NULL "
+                                    "AND user_id IS NOT NULL")),
         # Only active rows (migration 0002): search never reads archived ones, and an
         # archiving UPDATE then adds no graph node for the row's new version, which made
         # consolidation's archive step several times slower (bench/consolidate.py).

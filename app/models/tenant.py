@@ -20,6 +20,7 @@ class Tenant(Base):
         CheckConstraint("rate_limit_per_second >= 0", name="rate_limit_valid"),
         CheckConstraint("rate_limit_burst >= 0", name="rate_burst_valid"),
         CheckConstraint("max_in_flight >= 0", name="max_in_flight_valid"),
+        CheckConstraint("max_memories_per_user >= 0", name="max_memories_per_user_valid"),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
@@ -34,3 +35,6 @@ class Tenant(Base):
     # The tenant's own share of the requests in flight (app/tenants/concurrency.py); NULL:
     # the service's default. 0: no bound.
     max_in_flight: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # The tenant's own cap on a user's active memories (app/memories/capacity.py); NULL:
+    # the service's default. 0: no cap.
+    max_memories_per_user: Mapped[int | None] = mapped_column(Integer, nullable=True)

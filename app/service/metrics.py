@@ -69,6 +69,9 @@ CONSOLIDATION_RUNS = Counter("engram_consolidation_runs_total",
                              "(succeeded, planned, failed; failed includes runs the crash "
                              "sweep found cut off or never started)", ["trigger", "status"],
                              registry=REGISTRY)
+MEMORIES_EVICTED = Counter("engram_memories_evicted_total",
+                           "Memories archived because a write took their user past its cap "
+                           "(max_memories_per_user)", registry=REGISTRY)
 LLM_CALLS = Counter("engram_llm_calls_total",
                     "HTTP calls to the LLM, each retry counted, by outcome: ok or the error "
                     "(llm_timeout, llm_connection_error, llm_http_error, llm_bad_response)",

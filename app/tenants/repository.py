@@ -20,7 +20,8 @@ from app.tenants.rate_limit import RateLimit
 # tenants are not a concern, so at most one row. The tenant's own limits come in the
 # same statement (its primary key), so a changed limit applies at the next request.
 _OWNER_OF_KEY_HASH = (
-    "SELECT k.tenant_id, t.rate_limit_per_second, t.rate_limit_burst, t.max_in_flight"
+    "SELECT k.tenant_id, t.rate_limit_per_second, t.rate_limit_burst, t.max_in_flight,"
+    " t.max_memories_per_user"
     " FROM api_keys k JOIN tenants t ON t.id = k.tenant_id"
     " WHERE k.key_hash = $1 AND k.revoked_at IS NULL LIMIT 1"
 )
@@ -32,6 +33,7 @@ class KeyOwner:
     # The tenant's own limits; None: the service's default.
     rate_limit: RateLimit | None
     max_in_flight: int | None
+    max_memories_per_user: int | None = None
 
 
 class KeyLookup:
@@ -46,10 +48,10 @@ class KeyLookup:
         rows = await self.db.fetch(_OWNER_OF_KEY_HASH, key_hash)
         if not rows:
             return None
-        tenant_id, per_second, burst, max_in_flight = rows[0]
+        tenant_id, per_second, burst, max_in_flight, max_memories = rows[0]
         return KeyOwner(tenant_id,
                         None if per_second is None else RateLimit.of(per_second, burst),
-                        max_in_flight)
+                        max_in_flight, max_memories)
 
 
 @dataclass(frozen=True)
@@ -64,13 +66,14 @@ class TenantSummary:
     # service's default.
     rate_limit: RateLimit | None = None
     max_in_flight: int | None = None
+    max_memories_per_user: int | None = None
 
 
-class _Keep(enum.Enum):
+class Keep(enum.Enum):
     KEEP = "keep"
 
 
-KEEP = _Keep.KEEP
+KEEP = Keep.KEEP
 """A limit a change leaves as it is."""
 
 
@@ -79,8 +82,9 @@ class LimitChange:
     """Which of a tenant's own limits to set: a value, None (the service's default), or
     KEEP."""
 
-    rate: RateLimit | _Keep | None = KEEP
-    max_in_flight: int | _Keep | None = KEEP
+    rate: RateLimit | Keep | None = KEEP
+    max_in_flight: int | Keep | None = KEEP
+    max_memories_per_user: int | Keep | None = KEEP
 
 
 class TenantRepository:
@@ -133,14 +137,15 @@ class TenantRepository:
                     .where(ChatSession.tenant_id == Tenant.id).scalar_subquery())
         stmt = select(Tenant.id, Tenant.name, Tenant.created_at, keys, memories, sessions,
                       Tenant.rate_limit_per_second, Tenant.rate_limit_burst,
-                      Tenant.max_in_flight)
+                      Tenant.max_in_flight, Tenant.max_memories_per_user)
         if name is not None:
             stmt = stmt.where(Tenant.name == name)
         rows = await self.session.execute(stmt.order_by(Tenant.name))
         return [TenantSummary(tid, tname, created, n_keys, n_memories, n_sessions,
-                              None if rate is None else RateLimit.of(rate, burst), in_flight)
-                for tid, tname, created, n_keys, n_memories, n_sessions, rate, burst, in_flight
-                in rows.all()]
+                              None if rate is None else RateLimit.of(rate, burst), in_flight,
+                              per_user)
+                for (tid, tname, created, n_keys, n_memories, n_sessions, rate, burst,
+                     in_flight, per_user) in rows.all()]
 
     async def set_limits(self, name: str, change: LimitChange) -> bool:
         """Set the limits `change` names (None: the service's default again), leave the
@@ -152,6 +157,8 @@ class TenantRepository:
             values["rate_limit_burst"] = None if rate is None else rate.burst
         if change.max_in_flight is not KEEP:
             values["max_in_flight"] = change.max_in_flight
+        if change.max_memories_per_user is not KEEP:
+            values["max_memories_per_user"] = change.max_memories_per_user
         if not values:
             return await self.get_tenant(name) is not None
         result = await self.session.execute(

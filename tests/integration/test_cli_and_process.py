@@ -172,9 +172,11 @@ async def test_a_tenants_own_limits_are_set_listed_and_given_back(
 ) -> None:
     tenant = f"rated-{uuid.uuid4().hex[:8]}"
     assert (await cli(database_url, "keys", "create", "--tenant", tenant)).returncode == 0
-    service = {"ENGRAM_TENANT_RATE_LIMIT": "50", "ENGRAM_TENANT_MAX_CONCURRENT_REQUESTS": "8"}
+    service = {"ENGRAM_TENANT_RATE_LIMIT": "50", "ENGRAM_TENANT_MAX_CONCURRENT_REQUESTS": "8",
+               "ENGRAM_MAX_MEMORIES_PER_USER": "1000"}
+    cap = "; memories per user at most 1000 (the service's default)"
     defaults = ("rate 50 requests/s, bursts of 50 (the service's default); "
-                "in flight at most 8 (the service's default)")
+                f"in flight at most 8 (the service's default){cap}")
 
     async def limits(*args: str) -> str:
         if args:
@@ -192,18 +194,24 @@ async def test_a_tenants_own_limits_are_set_listed_and_given_back(
 
     assert await limits() == defaults
     assert await limits("--rate", "2.5", "--burst", "10") == (
-        "rate 2.5 requests/s, bursts of 10; in flight at most 8 (the service's default)")
+        f"rate 2.5 requests/s, bursts of 10; in flight at most 8 (the service's default){cap}")
     assert await limits("--in-flight", "3") == (
-        "rate 2.5 requests/s, bursts of 10; in flight at most 3")
-    assert await limits("--rate", "0", "--in-flight", "0") == "rate no limit; in flight no bound"
+        f"rate 2.5 requests/s, bursts of 10; in flight at most 3{cap}")
+    assert await limits("--rate", "0", "--in-flight", "0") == \
+        f"rate no limit; in flight no bound{cap}"
     assert await limits("--rate", "default") == (
-        "rate 50 requests/s, bursts of 50 (the service's default); in flight no bound")
+        f"rate 50 requests/s, bursts of 50 (the service's default); in flight no bound{cap}")
+    assert (await limits("--memories-per-user", "200")).endswith(
+        "in flight no bound; memories per user at most 200")
+    assert (await limits("--memories-per-user", "0")).endswith("memories per user no cap")
+    assert (await limits("--memories-per-user", "default")).endswith(cap)
+    assert await limits("--memories-per-user", "5") != defaults
     assert await limits("--default") == defaults
     async with resources.engine.connect() as conn:
         stored = (await conn.execute(text(
-            "SELECT rate_limit_per_second, rate_limit_burst, max_in_flight FROM tenants "
-            "WHERE name = :n"), {"n": tenant})).one()
-    assert tuple(stored) == (None, None, None)
+            "SELECT rate_limit_per_second, rate_limit_burst, max_in_flight, "
+            "max_memories_per_user FROM tenants WHERE name = :n"), {"n": tenant})).one()
+    assert tuple(stored) == (None, None, None, None)
 
     missing = await cli(database_url, "tenants", "limit", "no-such-tenant", "--rate", "1")
     assert missing.returncode == 1
@@ -212,11 +220,12 @@ async def test_a_tenants_own_limits_are_set_listed_and_given_back(
                      (["--rate", "nan"], "must be 0 to 1000000"),
                      (["--rate", "1", "--burst", "0"], "must be 1 to 1000000"),
                      (["--in-flight", "1.5"], "must be a whole number"),
-                     (["--rate", "1", "--default"], "--default sets both limits"),
-                     (["--default", "--burst", "3"], "--default sets both limits"),
+                     (["--rate", "1", "--default"], "--default sets every limit"),
+                     (["--default", "--burst", "3"], "--default sets every limit"),
                      (["--rate", "default", "--burst", "3"], "--burst goes with a --rate"),
-                     (["--burst", "3"], "say --rate, --in-flight or --default"),
-                     ([], "say --rate, --in-flight or --default")):
+                     (["--memories-per-user", "-1"], "must be 0 to 100000000"),
+                     (["--burst", "3"], "say --rate, --in-flight, --memories-per-user or"),
+                     ([], "say --rate, --in-flight, --memories-per-user or --default")):
         refused = await cli(database_url, "tenants", "limit", tenant, *bad)
         assert refused.returncode == 2, (bad, refused.stderr)
         assert why in refused.stderr, (bad, refused.stderr)

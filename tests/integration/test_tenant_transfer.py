@@ -160,7 +160,7 @@ async def test_a_tenant_moved_to_another_database_is_there_row_for_row(
     assert served_there == served
     line = next(x for x in listed.stdout.splitlines() if source.name in x)
     assert "memories 7" in line
-    assert "rate 500 requests/s, bursts of 900; in flight at most 30" in line
+    assert "rate 500 requests/s, bursts of 900; in flight at most 30;" in line
 
 
 async def test_an_import_over_a_tenant_replaces_its_data_and_keeps_its_keys(
