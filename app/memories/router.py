@@ -92,8 +92,14 @@ def _service(request: Request, session: SessionDep, caller: CallerDep) -> Memory
     return MemoryService(repository, resources.embedder, after_write=auto, capacity=capacity)
 
 
+CAP_NOTE = ("When the service caps a user's active memories (`ENGRAM_MAX_MEMORIES_PER_USER`, "
+            "or the tenant's own), a write that takes a user past the cap archives that "
+            "user's expired memories, then its least important others, oldest first, never "
+            "what it stores itself.")
+
+
 @router.post("", operation_id="createMemory", summary="Store one memory", status_code=201,
-             response_model=Memory, responses=problems(409, 502))
+             response_model=Memory, responses=problems(409, 502), description=CAP_NOTE)
 async def create_memory(
     body: MemoryCreate, request: Request, session: SessionDep, caller: CallerDep,
     idempotency_key: IdempotencyKey = None,
@@ -110,7 +116,9 @@ async def create_memory(
 
 @router.post("/batch", operation_id="createMemories", status_code=201,
              summary="Store up to 1000 memories, all or nothing", response_model=MemoryBatch,
-             responses=problems(409, 502))
+             responses=problems(409, 502),
+             description=CAP_NOTE + " A batch holding more memories of one user than the cap "
+             "is refused with 422 (`body.items`).")
 async def create_memories(
     body: MemoryBatchCreate, request: Request, session: SessionDep, caller: CallerDep,
     idempotency_key: IdempotencyKey = None,
