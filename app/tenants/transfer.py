@@ -25,7 +25,7 @@ import uuid
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -74,7 +74,6 @@ class TransferReport:
     # An import over an existing tenant: what of it was deleted first.
     replaced: dict[str, int] | None = None
     runs_failed: int = 0
-    header: Header | None = field(default=None, repr=False)
 
 
 async def export_tenant(engine: AsyncEngine, name: str, path: Path) -> TransferReport:
@@ -125,7 +124,7 @@ async def export_tenant(engine: AsyncEngine, name: str, path: Path) -> TransferR
                 partial.unlink(missing_ok=True)
                 raise
     return TransferReport(name, path, counts, time.monotonic() - started,
-                          os.stat(path).st_size, header=header)
+                          os.stat(path).st_size)
 
 
 def read_header(path: Path) -> Header:
@@ -194,7 +193,7 @@ async def import_tenant(engine: AsyncEngine, path: Path, *, name: str | None = N
             raise TransferError(f"a value of the export does not fit its column: "
                                 f"{_first_line(exc)}") from None
     return TransferReport(target, path, rows, time.monotonic() - started,
-                          os.stat(path).st_size, replaced, failed, header)
+                          os.stat(path).st_size, replaced, failed)
 
 
 async def _check_vector_space(conn: AsyncConnection, model: str) -> None:
@@ -224,12 +223,14 @@ async def _insert_rows(repo: TransferRepository, header: Header, lines: Iterator
     current: str | None = None
     checked: set[str] = set()
 
+    # The rows' owner here: the tenant's id (an existing one's with --replace) and name.
+    owner = {"tenant_id": str(tenant_id)}
+    own_row = {"id": str(tenant_id), "name": name}
+
     async def flush() -> None:
         if batch and current is not None:
-            owner = ({"id": tenant_id, "name": name} if current == TENANTS.name
-                     else {"tenant_id": tenant_id})
             await repo.insert(current, header.columns[current],
-                              json.dumps(batch, ensure_ascii=False), owner)
+                              json.dumps(batch, ensure_ascii=False))
         batch.clear()
 
     for number, line in enumerate(lines, start=2):
@@ -255,7 +256,7 @@ async def _insert_rows(repo: TransferRepository, header: Header, lines: Iterator
         if unknown:
             raise TransferError(f"line {number} has columns its header does not list: "
                                 f"{sorted(unknown)}")
-        batch.append(parsed.row)
+        batch.append(parsed.row | (own_row if current == TENANTS.name else owner))
         if len(batch) >= BATCH_ROWS:
             await flush()
     await flush()

@@ -10,7 +10,7 @@ without Python knowing it. Columns an export does not hold take their defaults.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -28,7 +28,6 @@ def quoted(name: str) -> str:
 class TransferRepository:
     def __init__(self, conn: AsyncConnection) -> None:
         self._conn = conn
-        self._types: dict[tuple[str, str], str] = {}
 
     async def read_only(self) -> None:
         """The transaction reads only (the first statement of it)."""
@@ -74,31 +73,15 @@ class TransferRepository:
         async for row in result:
             yield row[0]
 
-    async def insert(self, table: str, columns: Sequence[str], rows_json: str,
-                     replaced: Mapping[str, object]) -> None:
+    async def insert(self, table: str, columns: Sequence[str], rows_json: str) -> None:
         """The rows (a JSON array of objects) into `table`, each column of `columns` from
-        its key (absent: NULL), but the columns in `replaced`, which take the value given
-        (the tenant's id in this database, its name)."""
-        params: dict[str, object] = {"rows": rows_json}
-        select = []
-        for i, column in enumerate(columns):
-            if column in replaced:
-                params[f"v{i}"] = replaced[column]
-                select.append(f"CAST(:v{i} AS {await self._type_of(table, column)})")
-            else:
-                select.append(f"r.{quoted(column)}")
+        its key (absent: NULL)."""
+        names = ", ".join(quoted(c) for c in columns)
         await self._conn.execute(text(
-            f"INSERT INTO {quoted(table)} ({', '.join(quoted(c) for c in columns)}) "
-            f"SELECT {', '.join(select)} FROM json_populate_recordset("
-            f"CAST(NULL AS {quoted(table)}), CAST(CAST(:rows AS text) AS json)) AS r"), params)
-
-    async def _type_of(self, table: str, column: str) -> str:
-        if (table, column) not in self._types:
-            self._types[table, column] = str((await self._conn.execute(text(
-                "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
-                "WHERE attrelid = CAST(:t AS regclass) AND attname = :c"),
-                {"t": table, "c": column})).scalar())
-        return self._types[table, column]
+            f"INSERT INTO {quoted(table)} ({names}) "
+            f"SELECT {', '.join(f'r.{quoted(c)}' for c in columns)} FROM json_populate_recordset("
+            f"CAST(NULL AS {quoted(table)}), CAST(CAST(:rows AS text) AS json)) AS r"),
+            {"rows": rows_json})
 
     async def live_runs(self, tenant_id: uuid.UUID) -> list[uuid.UUID]:
         """The tenant's consolidation runs being run now (their worker holds the lock)."""
