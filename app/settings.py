@@ -137,6 +137,11 @@ class Settings(BaseSettings):
     # Added to the score of a memory written on a day the query names (app/search/stages/
     # date_match.py); 0 turns it off.
     search_date_weight: float = Field(default=0.3, ge=0, le=10)
+    # For a summary-style query, a summary gets this times the summed scores of its
+    # `depth` best sources among the candidates (app/search/stages/summary_coverage.py);
+    # 0 turns it off.
+    search_summary_coverage_weight: float = Field(default=1.0, ge=0, le=10)
+    search_summary_coverage_depth: int = Field(default=2, ge=1, le=100)
     summary_downweight_factor: float = Field(default=0.5, gt=0, le=10)
     summary_boost_factor: float = Field(default=2.0, ge=1, le=10)
     # A candidate with no full-text match and a cosine similarity under this is dropped,

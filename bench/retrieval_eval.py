@@ -53,12 +53,15 @@ What it does (5-6 minutes on an idle 2-core machine at full size; ~14 with other
    summary_boost_factor x summary_downweight_factor pair it reports regular recall@10 with
    vs without summaries (summaries take result slots and never count as evidence) and, for
    the summary-kind questions, how often the summary of the question's own session is in
-   the top 3 (and at rank 1). The recommended settings are the point within 1 point of the
-   best regular recall@10 (and beating every baseline) whose worst case over the two
-   constructions keeps the drop within 1 point and puts the right summary in the top 3
-   most often. For the defaults it also splits regular recall@10 (without summaries, with
-   each construction) between the questions that name a day and the others: a session's
-   summary covers its day and carries its day's words, so the former are where it competes.
+   the top 3 (and at rank 1); and, at the defaults, the same for every
+   search_summary_coverage_weight x search_summary_coverage_depth pair (COVERAGE; the
+   stage only acts on summary-style queries). The recommended settings are the point
+   within 1 point of the best regular recall@10 (and beating every baseline) whose worst
+   case over the two constructions keeps the drop within 1 point and puts the right
+   summary in the top 3 most often. For the defaults it also splits regular recall@10
+   (without summaries, with each construction) between the questions that name a day and
+   the others: a session's summary covers its day and carries its day's words, so the
+   former are where it competes.
 
 Ties (equal BM25 scores, equal distances, equal final scores) are broken by memory id in
 the SQL and the cut. The memories here get ids in the order they are stored (uuid7s one
@@ -154,6 +157,8 @@ SUMMARY_MAX_CHARS = 4000  # the extractive op's default (ExtractiveConfig.max_ch
 KEY_FACTS = 8  # sentences in a key-facts summary
 MAX_NEAR_BEST = 16  # sweep points within 1 point of the best that get the summary evaluation
 FACTORS = tuple((boost, down) for boost in (1.0, 1.25, 1.5, 2.0) for down in (0.3, 0.5, 0.7))
+# search_summary_coverage_weight x search_summary_coverage_depth (summary-style queries only).
+COVERAGE = tuple((w, d) for w in (0.0, 0.25, 0.5, 1.0, 2.0) for d in (1, 2, 3, 5))
 
 # The knobs the sweep turns, by their Settings names (what the lead would change).
 FUSION_KEYS = ("search_rrf_k", "search_vector_weight", "search_text_weight")
@@ -1121,6 +1126,7 @@ async def run(args: argparse.Namespace) -> int:
             f"{len(FACTORS)} boost/downweight pairs ({len(by_style['summary'])} summary-style "
             f"queries x 4 boosts + {len(by_style['regular'])} regular x 3 down-weights) ...")
         sums: dict[tuple[str, str, float, float], SummaryRun] = {}
+        coverage: dict[tuple[str, float, int], dict[str, Any]] = {}
         examples: dict[str, tuple[str, list[int]]] = {}
         # The defaults' regular recall@10 without summaries, apart for the questions that
         # name a day: a summary covers its session's day, so those are the ones it
@@ -1157,6 +1163,15 @@ async def run(args: argparse.Namespace) -> int:
                     sums[(variant, pkey(c.overrides), boost, down)] = SummaryRun(
                         score(ranks, questions), summary_top(ranks, questions),
                         summaries_in_top(ranks, questions, 10))
+            # The coverage stage only acts on summary-style queries, so the regular ones keep
+            # the defaults' rankings.
+            regular_ranks, _ = await ev.pipeline({}, by_style["regular"])
+            for weight, depth in COVERAGE:
+                ranks, _ = await ev.pipeline({"search_summary_coverage_weight": weight,
+                                              "search_summary_coverage_depth": depth},
+                                             by_style["summary"])
+                coverage[(variant, weight, depth)] = summary_top(
+                    {**ranks, **regular_ranks}, questions)
             await remove_summaries(maker, corpus)
             ev.reset_cache()
             log(f"  {variant}: done")
@@ -1328,6 +1343,26 @@ async def run(args: argparse.Namespace) -> int:
         for label, on_undated, on_dated in split_rows:
             print(f"| {label} | {pts(on_undated['regular'].recall_10)} | "
                   f"{pts(on_dated['regular'].recall_10)} |")
+
+        print(f"\nSummary coverage (search_summary_coverage_weight x _depth; the other "
+              f"settings at their defaults, boost {base.summary_boost_factor:g}): the right "
+              f"session's summary in the top 3 / first, any summary in the top 3\n")
+        print("| weight | depth | " + " | ".join(
+            f"{v}: right top 3 | right #1 | any top 3" for v in SUMMARY_VARIANTS) + " |")
+        print("| --- | --- |" + " --- | --- | --- |" * len(SUMMARY_VARIANTS))
+        for weight, depth in COVERAGE:
+            cells = []
+            for v in SUMMARY_VARIANTS:
+                top = coverage[(v, weight, depth)]
+                cells.append(f"{pts(top['right_top'])}% | {pts(top['right_first'])}% | "
+                             f"{pts(top['any_top'])}%")
+            mark = " *" if (weight, depth) == (base.search_summary_coverage_weight,
+                                               base.search_summary_coverage_depth) else ""
+            print(f"| {weight:g}{mark} | {depth} | " + " | ".join(cells) + " |")
+        report["summary_coverage"] = [
+            {"variant": k[0], "weight": k[1], "depth": k[2],
+             **{m: v for m, v in top.items() if m != "missed"}, "missed": list(top["missed"])}
+            for k, top in coverage.items()]
 
         rec_tables = [(f"recommended + {v} summaries", sums[(v, pkey(rec.overrides), rec_boost,
                                                             rec_down)].result)

@@ -16,6 +16,8 @@ def build_pipeline(settings: Settings) -> SearchPipeline:
         recency_weight=settings.search_recency_weight,
         recency_half_life_days=settings.search_recency_half_life_days,
         date_weight=settings.search_date_weight,
+        summary_coverage_weight=settings.search_summary_coverage_weight,
+        summary_coverage_depth=settings.search_summary_coverage_depth,
         summary_downweight_factor=settings.summary_downweight_factor,
         summary_boost_factor=settings.summary_boost_factor,
         min_similarity=settings.min_similarity,

@@ -3,7 +3,7 @@
 Candidate retrieval (the one stage that needs the database) and the query
 embedding (I/O) happen in the service before `SearchPipeline.run`; everything
 after them is here, in this fixed order: relevance floor -> fusion -> scoring ->
-date match -> summary down-weight -> cut to top_k.
+date match -> summary coverage -> summary down-weight -> cut to top_k.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from app.search.stages.date_match import DateMatch
 from app.search.stages.fusion import ReciprocalRankFusion
 from app.search.stages.relevance_floor import RelevanceFloor
 from app.search.stages.scoring import ImportanceRecencyScoring
+from app.search.stages.summary_coverage import SummaryCoverage
 from app.search.stages.summary_downweight import SummaryDownweight
 from app.search.types import SearchContext
 
@@ -46,6 +47,8 @@ class PipelineConfig:
     recency_weight: float = 0.01
     recency_half_life_days: float = 30.0
     date_weight: float = 0.3
+    summary_coverage_weight: float = 1.0
+    summary_coverage_depth: int = 2
     summary_downweight_factor: float = 0.5
     summary_boost_factor: float = 1.0
     # -1 keeps every candidate (see RelevanceFloor).
@@ -64,6 +67,8 @@ def build_stages(config: PipelineConfig) -> tuple[Stage, ...]:
             recency_half_life_days=config.recency_half_life_days,
         ),
         DateMatch(weight=config.date_weight),
+        SummaryCoverage(weight=config.summary_coverage_weight,
+                        depth=config.summary_coverage_depth),
         SummaryDownweight(
             factor=config.summary_downweight_factor, boost=config.summary_boost_factor
         ),

@@ -132,6 +132,7 @@ class RetrievedRow(NamedTuple):
     text_rank: int | None
     text_score: float | None
     covered_days: tuple[date, ...] = ()
+    covers: tuple[uuid.UUID, ...] = ()
 
     def memory(self) -> Memory:
         return Memory.model_validate(answer_record(self.columns))
@@ -354,8 +355,8 @@ _SMALL_FROM_STATS = """small AS MATERIALIZED (
 
 # The answer's columns, then what only the pipeline reads: a summary's covered days.
 _COLUMNS = f"{ANSWER_SQL}, m.covered_days"
-_ID, _IMPORTANCE, _CREATED_AT, _FACT_ROLE = (
-    ANSWER_KEYS.index(k) for k in ("id", "importance", "created_at", "fact_role")
+_ID, _IMPORTANCE, _CREATED_AT, _FACT_ROLE, _SUMMARY_OF = (
+    ANSWER_KEYS.index(k) for k in ("id", "importance", "created_at", "fact_role", "summary_of")
 )
 
 
@@ -663,6 +664,7 @@ class SearchRepository:
         return [
             RetrievedRow(row[_ID], row[_IMPORTANCE], row[_CREATED_AT], row[_FACT_ROLE],
                          row[:n], row[n + 1], row[n + 2], row[n + 3], row[n + 4],
-                         tuple(row[n]) if row[n] else ())
+                         tuple(row[n]) if row[n] else (),
+                         tuple(row[_SUMMARY_OF]) if row[_SUMMARY_OF] else ())
             for row in result
         ]

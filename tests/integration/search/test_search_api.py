@@ -27,7 +27,8 @@ from app.search.reader import search_server_settings
 from tests.conftest import TenantKey, create_tenant_key, make_client
 
 PROBLEM_JSON = "application/problem+json"
-STAGES = ("relevance_floor", "fusion", "scoring", "date_match", "summary_downweight", "cut")
+STAGES = ("relevance_floor", "fusion", "scoring", "date_match", "summary_coverage",
+          "summary_downweight", "cut")
 HNSW_INDEX = "ix_memories_embedding_hnsw"
 # Scopes at or above this many rows take the HNSW path in the `hnsw` variant.
 SMALL_EXACT_BELOW = 5
@@ -305,6 +306,9 @@ async def test_explain_reports_every_stage_for_every_result(client: httpx.AsyncC
             scoring["relevance"] + scoring["importance_term"] + scoring["recency_term"])
         # The query names no day.
         assert explanation["date_match"] == {"matched": False, "score": scoring["score"]}
+        # A regular query: no summary is lifted by its sources.
+        assert explanation["summary_coverage"] == {"covered_candidates": 0, "lift": 0.0,
+                                                   "score": scoring["score"]}
         assert downweight["score_before"] == pytest.approx(scoring["score"])
         assert downweight == {**downweight, "is_summary": False, "applied": False,
                               "multiplier": 1.0}

@@ -1,6 +1,7 @@
 """`POST /v1/search` over HTTP with the real local all-MiniLM-L6-v2 model on a small fixed
 corpus: concrete orderings (the fact that answers a question outranks the summary that
-covers it; a summary-style question gets the summary first), a paraphrase found through
+covers it; a summary-style question gets the summary first, and among several summaries the
+one whose sources are about the asked topic), a paraphrase found through
 the vector list, a question about nothing stored answered with an empty list, and scope
 filters that never leak."""
 
@@ -91,27 +92,36 @@ async def corpus(model_resources: Resources) -> Corpus:
     ids = {key: m["id"] for key, m in zip(keys, created, strict=True)}
     users = {m["id"]: m["user_id"] for m in created}
 
-    (vector,) = await model_resources.embedder.embed([TRIP_SUMMARY])
+    summary_id = await insert_summary(model_resources, tenant, TRIP_SUMMARY, "alice",
+                                      [ids[k] for k in SUMMARY_COVERS])
+    ids["summary"] = summary_id
+    users[str(summary_id)] = "alice"
+    return Corpus(tenant, ids, users)
+
+
+async def insert_summary(resources: Resources, tenant: TenantKey, content: str, user: str,
+                         summary_of: list[str]) -> str:
+    """A summary row as consolidation writes one, with the given text (an op's output need
+    not mention what its sources are about)."""
+    (vector,) = await resources.embedder.embed([content])
     summary_id = uuid7()
-    async with model_resources.sessionmaker() as session:
+    async with resources.sessionmaker() as session:
         await session.execute(
             text(
                 "INSERT INTO memories (tenant_id, id, content, user_id, fact_role, source,"
                 " summary_of, importance, created_at, embedding) VALUES (:tenant_id, :id,"
-                " :content, 'alice', 'summary', 'summary', CAST(:summary_of AS uuid[]), 0.7,"
+                " :content, :user_id, 'summary', 'summary', CAST(:summary_of AS uuid[]), 0.7,"
                 " :created_at, CAST(:embedding AS halfvec(384)))"
             ),
             {
-                "tenant_id": tenant.tenant_id, "id": summary_id, "content": TRIP_SUMMARY,
-                "summary_of": [uuid.UUID(ids[k]) for k in SUMMARY_COVERS],
+                "tenant_id": tenant.tenant_id, "id": summary_id, "content": content,
+                "user_id": user, "summary_of": [uuid.UUID(i) for i in summary_of],
                 "created_at": CREATED_AT,
                 "embedding": "[" + ",".join(f"{x:.6f}" for x in vector) + "]",
             },
         )
         await session.commit()
-    ids["summary"] = str(summary_id)
-    users[str(summary_id)] = "alice"
-    return Corpus(tenant, ids, users)
+    return str(summary_id)
 
 
 @pytest.fixture
@@ -395,6 +405,83 @@ async def test_a_recap_of_a_named_day_gets_the_summary_of_that_day_written_later
     other = next(r for r in answer["results"]
                  if r["memory"]["id"] in summary_of and r is not top)
     assert other["explanation"]["date_match"]["matched"] is False
+
+
+# Two conversations of the same two people, each summarised in words that do not name what
+# it was about, as an LLM or a cut extractive summary may be.
+TOPIC_SESSIONS = {
+    "podcast": ([
+        "Dana is launching a podcast about urban gardening next month",
+        "Dana recorded the first two podcast episodes in her spare room",
+        "Dana bought a new microphone for recording the podcast",
+    ], "Dana and Lee caught up about their week, Lee's new job and plans for dinner."),
+    "kitchen": ([
+        "Dana and Lee are renovating their kitchen in April",
+        "Dana chose dark green cabinets for the new kitchen",
+        "Lee wants an induction hob in the renovated kitchen",
+    ], "Dana and Lee talked about Dana's new project and what she has been recording."),
+}
+
+
+PODCAST_QUESTION = "Give me an overview of our chat about Dana's podcast"
+
+
+async def topic_summaries(resources: Resources, tenant: TenantKey) -> dict[str, str]:
+    """TOPIC_SESSIONS stored for user dana, each conversation's summary written: summary
+    id -> topic."""
+    summaries = {}
+    async with make_client(resources, tenant.headers) as client:
+        for topic, (facts, summary_text) in TOPIC_SESSIONS.items():
+            resp = await client.post("/v1/memories/batch", json={"items": [
+                {"content": c, "user_id": "dana", "session_id": topic} for c in facts]})
+            assert resp.status_code == 201, resp.text
+            sources = [m["id"] for m in resp.json()["items"]]
+            summaries[await insert_summary(resources, tenant, summary_text, "dana",
+                                           sources)] = topic
+    return summaries
+
+
+@pytest.mark.parametrize(("asked", "question"), [
+    ("podcast", PODCAST_QUESTION),
+    ("kitchen", "Recap what Dana and Lee discussed about the kitchen renovation"),
+])
+async def test_a_recap_of_a_topic_gets_the_summary_whose_sources_are_about_it(
+    model_resources: Resources, asked: str, question: str,
+) -> None:
+    """The question's words and meaning are in the facts a summary covers, not in its text:
+    the summary built from the facts the question found comes first, and says why."""
+    tenant = await create_tenant_key(model_resources)
+    summaries = await topic_summaries(model_resources, tenant)
+    async with make_client(model_resources, tenant.headers) as client:
+        answer = await search(client, question, user_id="dana")
+
+    assert answer["query_style"] == "summary"
+    ranked = [r for r in answer["results"] if r["memory"]["id"] in summaries]
+    assert [summaries[r["memory"]["id"]] for r in ranked] == [asked, *(
+        t for t in TOPIC_SESSIONS if t != asked)]
+    assert answer["results"][0] is ranked[0]
+    right, other = (r["explanation"]["summary_coverage"] for r in ranked)
+    assert right["covered_candidates"] >= 2
+    assert right["lift"] > other["lift"]
+
+
+async def test_without_the_coverage_stage_a_summary_s_own_text_decides(
+    model_resources: Resources,
+) -> None:
+    """The same podcast question with search_summary_coverage_weight 0: the kitchen
+    conversation's summary, whose text speaks of a project and recording, comes first (what
+    the test above shows the stage changes)."""
+    tenant = await create_tenant_key(model_resources)
+    summaries = await topic_summaries(model_resources, tenant)
+    settings = model_resources.settings.model_copy(
+        update={"search_summary_coverage_weight": 0.0})
+    async with make_client(replace(model_resources, settings=settings),
+                           tenant.headers) as client:
+        answer = await search(client, PODCAST_QUESTION, user_id="dana")
+
+    first = next(r for r in answer["results"] if r["memory"]["id"] in summaries)
+    assert summaries[first["memory"]["id"]] == "kitchen"
+    assert first["explanation"]["summary_coverage"]["lift"] == 0.0
 
 
 # --- filters the listing also has: metadata and the creation window ---------------------------

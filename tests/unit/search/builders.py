@@ -20,6 +20,7 @@ def make_candidate(
     age_days: float = 0.0,
     fact_role: str = "fact",
     covered_days: tuple[date, ...] = (),
+    covers: tuple[int, ...] = (),
 ) -> Candidate:
     """Candidate number `n`, with a predictable id so ties sort predictably."""
     return Candidate(
@@ -33,6 +34,7 @@ def make_candidate(
         text_rank=text_rank,
         text_score=None if text_rank is None else 1.0 / text_rank,
         covered_days=covered_days,
+        covers=tuple(uuid.UUID(int=i) for i in covers),
         score=score,
     )
 

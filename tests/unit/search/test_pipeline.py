@@ -55,8 +55,8 @@ def test_default_pipeline_still_puts_the_fact_first_for_a_regular_query() -> Non
 
 def test_stages_run_in_the_documented_order() -> None:
     names = [s.name for s in build_stages(PipelineConfig())]
-    assert names == ["relevance_floor", "fusion", "scoring", "date_match", "summary_downweight",
-                     "cut"]
+    assert names == ["relevance_floor", "fusion", "scoring", "date_match", "summary_coverage",
+                     "summary_downweight", "cut"]
 
 
 def test_config_reaches_each_stage() -> None:
@@ -68,16 +68,19 @@ def test_config_reaches_each_stage() -> None:
         recency_weight=0.4,
         recency_half_life_days=7,
         date_weight=0.2,
+        summary_coverage_weight=0.75,
+        summary_coverage_depth=3,
         summary_downweight_factor=0.25,
         summary_boost_factor=1.5,
         min_similarity=0.25,
     )
-    floor, fusion, scoring, date_match, downweight, _ = build_stages(config)
+    floor, fusion, scoring, date_match, coverage, downweight, _ = build_stages(config)
     assert floor.min_similarity == 0.25  # type: ignore[attr-defined]
     assert (fusion.k, fusion.vector_weight, fusion.text_weight) == (10, 0.5, 2.0)  # type: ignore[attr-defined]
     assert (scoring.importance_weight, scoring.recency_weight) == (0.3, 0.4)  # type: ignore[attr-defined]
     assert scoring.recency_half_life_days == 7  # type: ignore[attr-defined]
     assert date_match.weight == 0.2  # type: ignore[attr-defined]
+    assert (coverage.weight, coverage.depth) == (0.75, 3)  # type: ignore[attr-defined]
     assert (downweight.factor, downweight.boost) == (0.25, 1.5)  # type: ignore[attr-defined]
 
 
@@ -109,7 +112,7 @@ def test_explain_collects_every_stage_and_the_final_score_matches() -> None:
     out = SearchPipeline.from_config(CONFIG).run(make_context(*_corpus()))
     for c in out.candidates:
         assert list(c.explanation) == ["relevance_floor", "fusion", "scoring", "date_match",
-                                       "summary_downweight", "cut"]
+                                       "summary_coverage", "summary_downweight", "cut"]
         assert c.explanation["summary_downweight"]["score"] == pytest.approx(c.score)
     assert out.candidates[1].explanation["summary_downweight"]["applied"] is True
 
