@@ -12,14 +12,14 @@ from functools import partial
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from app.errors import ConcurrencyLimited, RateLimited, Unauthorized
+from app.errors import ConcurrencyLimited, RateLimited, TenantSuspended, Unauthorized
 from app.models import DEFAULT_TENANT_ID
 from app.service.admission import at_request_end
 from app.service.metrics import REQUESTS_RATE_LIMITED
 from app.tenants.concurrency import TenantSlots
 from app.tenants.keys import hash_key
 from app.tenants.rate_limit import RateLimit, TenantRateLimiter
-from app.tenants.repository import KeyLookup
+from app.tenants.repository import KeyLookup, Suspension
 
 
 @dataclass(frozen=True)
@@ -51,11 +51,19 @@ async def current_caller(
         hash_key(credentials.credentials))
     if owner is None:
         raise Unauthorized("the API key is not valid or has been revoked")
+    if owner.suspension is not None:
+        # Before the limits: a refused request takes nothing of the tenant's rate or share.
+        raise TenantSuspended(suspended_detail(owner.suspension))
     _admit(request, owner.tenant_id, limiter.limit_for(owner.rate_limit),
            resources.tenant_slots.limit_for(owner.max_in_flight))
     per_user = owner.max_memories_per_user
     return Caller(owner.tenant_id, resources.settings.max_memories_per_user
                   if per_user is None else per_user)
+
+
+def suspended_detail(suspension: Suspension) -> str:
+    why = f": {suspension.reason}" if suspension.reason else ""
+    return f"this tenant has been suspended since {suspension.since_text()}{why}"
 
 
 def _admit(request: Request, tenant_id: uuid.UUID, limit: RateLimit, share: int) -> None:

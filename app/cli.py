@@ -124,8 +124,9 @@ async def _keys(settings: Settings, args: argparse.Namespace) -> int:
 async def _tenants(settings: Settings, args: argparse.Namespace) -> int:
     from app.db import create_sessionmaker
     from app.errors import AppError
+    from app.models import DEFAULT_TENANT_ID
     from app.tenants.repository import TenantRepository
-    from app.tenants.service import deletable, delete_tenant, set_limits
+    from app.tenants.service import deletable, delete_tenant, resume, set_limits, suspend
 
     async with _database(settings) as engine:
         if args.action == "list":
@@ -133,7 +134,8 @@ async def _tenants(settings: Settings, args: argparse.Namespace) -> int:
                 for t in await TenantRepository(session).summaries():
                     print(f"{t.id}  {t.name:<20} {t.created_at:%Y-%m-%d}  keys "
                           f"{t.active_keys:<4} memories {t.memories:<9} sessions "
-                          f"{t.sessions:<6} {_limits_text(t, settings)}")
+                          f"{t.sessions:<6} {_limits_text(t, settings)}"
+                          + ("" if t.suspension is None else f"; {_suspension_text(t)}"))
             return 0
         if args.action in ("export", "import"):
             return await _transfer(engine, args)
@@ -145,6 +147,15 @@ async def _tenants(settings: Settings, args: argparse.Namespace) -> int:
                     return 2
                 t = await set_limits(engine, args.tenant, change)
                 print(f"tenant {t.name!r}: {_limits_text(t, settings)}")
+                return 0
+            if args.action in ("suspend", "resume"):
+                t = await (suspend(engine, args.tenant, args.reason)
+                           if args.action == "suspend" else resume(engine, args.tenant))
+                print(f"tenant {t.name!r}: {_suspension_text(t)}")
+                if t.id == DEFAULT_TENANT_ID and t.suspension is not None:
+                    print("engram: note: with authentication off every call acts as the "
+                          "default tenant without a key, and is not refused",
+                          file=sys.stderr)
                 return 0
             if not args.yes:
                 t = await deletable(engine, args.tenant)
@@ -244,6 +255,13 @@ def _limits_text(t: TenantSummary, settings: Settings) -> str:
     if t.max_memories_per_user is None:
         per_user += " (the service's default)"
     return f"rate {rate}; in flight {in_flight}; memories per user {per_user}"
+
+
+def _suspension_text(t: TenantSummary) -> str:
+    if t.suspension is None:
+        return "active"
+    why = f" ({t.suspension.reason})" if t.suspension.reason else ""
+    return f"suspended since {t.suspension.since_text()}{why}"
 
 
 async def _reembed(settings: Settings, args: argparse.Namespace) -> int:
@@ -367,6 +385,15 @@ def _bounded_name(value: str) -> str:
     return value
 
 
+def _reason(value: str) -> str:
+    value = value.strip()
+    if not 1 <= len(value) <= 500:
+        raise argparse.ArgumentTypeError("must be 1 to 500 characters")
+    if "\x00" in value:
+        raise argparse.ArgumentTypeError("must not hold a NUL character")
+    return value
+
+
 _N = TypeVar("_N", int, float)
 
 
@@ -413,7 +440,8 @@ def build_parser() -> argparse.ArgumentParser:
     revoke = keys_sub.add_parser("revoke", help="revoke a key by id")
     revoke.add_argument("key_id", type=uuid.UUID)
     tenants = sub.add_parser("tenants", help="list tenants, delete one with all it holds, "
-                                             "export or import one, set its limits")
+                                             "export or import one, set its limits, "
+                                             "suspend or resume one")
     tenants_sub = tenants.add_subparsers(dest="action", required=True)
     tenants_sub.add_parser("list", help="tenants with their keys, memories and sessions")
     remove = tenants_sub.add_parser(
@@ -457,6 +485,14 @@ def build_parser() -> argparse.ArgumentParser:
                             "service's (ENGRAM_MAX_MEMORIES_PER_USER)")
     limit.add_argument("--default", action="store_true",
                        help="the service's defaults for every limit")
+    suspend = tenants_sub.add_parser(
+        "suspend", help="refuse every request of a tenant's keys (403 tenant_suspended) "
+                        "until `resume`; nothing it holds is touched")
+    suspend.add_argument("tenant", type=_bounded_name)
+    suspend.add_argument("--reason", type=_reason, default=None,
+                         help="said in every refused answer's detail (up to 500 characters)")
+    resume = tenants_sub.add_parser("resume", help="lift a tenant's suspension")
+    resume.add_argument("tenant", type=_bounded_name)
     again = sub.add_parser(
         "reembed", help="re-embed every stored memory with the configured embedder (after "
                         "changing it); the service must be stopped")

@@ -27,6 +27,8 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI `responses` declaring problem+json for each status a route can return."""
     descriptions = {
         401: "Missing or invalid API key",
+        403: "An operator has suspended the caller's tenant (`tenant_suspended`; the "
+             "detail gives the reason); nothing was read or changed",
         404: "Not found in the caller's tenant",
         409: "Conflict",
         422: "Invalid input; `errors` names each bad field",
@@ -41,7 +43,7 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
              "down, or (`overloaded`) too many requests were in flight (Retry-After)",
         504: "An upstream provider did not answer in time",
     }
-    wanted = {401, 422, 429, 503, *statuses}
+    wanted = {401, 403, 422, 429, 503, *statuses}
     if 502 in wanted:
         # A route that calls a provider can see it fail (502) or time out (504).
         wanted.add(504)

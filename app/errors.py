@@ -65,6 +65,12 @@ class Unauthorized(AppError):
     status, code, title = 401, "unauthorized", "Unauthorized"
 
 
+class TenantSuspended(AppError):
+    """An operator has suspended the caller's tenant (`python -m app tenants suspend`)."""
+
+    status, code, title = 403, "tenant_suspended", "Tenant suspended"
+
+
 class ValidationFailed(AppError):
     status, code, title = 422, "validation_error", "Validation error"
 

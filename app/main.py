@@ -45,7 +45,9 @@ A 429 (`rate_limited`, `concurrency_limited`: the tenant's limits) changed nothi
 carries `Retry-After`: wait that many seconds, then retry. So does a 503, when it carries
 the header, with one exception: 503 `outcome_unknown` says the database stopped answering
 while the change was committed, so it may have been applied; retry a create with the same
-`Idempotency-Key`, and read other changes back first."""
+`Idempotency-Key`, and read other changes back first. A 403 (`tenant_suspended`) says an
+operator has suspended the tenant: nothing was read or changed, and retrying will not help
+until it is resumed."""
 
 
 def freeze_startup_objects() -> None:

@@ -38,3 +38,8 @@ class Tenant(Base):
     # The tenant's own cap on a user's active memories (app/memories/capacity.py); NULL:
     # the service's default. 0: no cap.
     max_memories_per_user: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # Set while an operator has suspended the tenant (`tenants suspend`): its keys are
+    # refused with 403 `tenant_suspended`, the reason in the answer's detail.
+    suspended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True),
+                                                          nullable=True)
+    suspended_reason: Mapped[str | None] = mapped_column(String(500), nullable=True)

@@ -6,7 +6,7 @@ import enum
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
@@ -21,7 +21,7 @@ from app.tenants.rate_limit import RateLimit
 # same statement (its primary key), so a changed limit applies at the next request.
 _OWNER_OF_KEY_HASH = (
     "SELECT k.tenant_id, t.rate_limit_per_second, t.rate_limit_burst, t.max_in_flight,"
-    " t.max_memories_per_user"
+    " t.max_memories_per_user, t.suspended_at, t.suspended_reason"
     " FROM api_keys k JOIN tenants t ON t.id = k.tenant_id"
     " WHERE k.key_hash = $1 AND k.revoked_at IS NULL LIMIT 1"
 )
@@ -34,6 +34,18 @@ class KeyOwner:
     rate_limit: RateLimit | None
     max_in_flight: int | None
     max_memories_per_user: int | None = None
+    suspension: Suspension | None = None
+
+
+@dataclass(frozen=True)
+class Suspension:
+    """Since when, and why, an operator has suspended a tenant."""
+
+    since: datetime
+    reason: str | None
+
+    def since_text(self) -> str:
+        return self.since.astimezone(UTC).isoformat(timespec="seconds")
 
 
 class KeyLookup:
@@ -48,10 +60,12 @@ class KeyLookup:
         rows = await self.db.fetch(_OWNER_OF_KEY_HASH, key_hash)
         if not rows:
             return None
-        tenant_id, per_second, burst, max_in_flight, max_memories = rows[0]
+        (tenant_id, per_second, burst, max_in_flight, max_memories, suspended_at,
+         reason) = rows[0]
         return KeyOwner(tenant_id,
                         None if per_second is None else RateLimit.of(per_second, burst),
-                        max_in_flight, max_memories)
+                        max_in_flight, max_memories,
+                        None if suspended_at is None else Suspension(suspended_at, reason))
 
 
 @dataclass(frozen=True)
@@ -67,6 +81,7 @@ class TenantSummary:
     rate_limit: RateLimit | None = None
     max_in_flight: int | None = None
     max_memories_per_user: int | None = None
+    suspension: Suspension | None = None
 
 
 class Keep(enum.Enum):
@@ -137,15 +152,34 @@ class TenantRepository:
                     .where(ChatSession.tenant_id == Tenant.id).scalar_subquery())
         stmt = select(Tenant.id, Tenant.name, Tenant.created_at, keys, memories, sessions,
                       Tenant.rate_limit_per_second, Tenant.rate_limit_burst,
-                      Tenant.max_in_flight, Tenant.max_memories_per_user)
+                      Tenant.max_in_flight, Tenant.max_memories_per_user,
+                      Tenant.suspended_at, Tenant.suspended_reason)
         if name is not None:
             stmt = stmt.where(Tenant.name == name)
         rows = await self.session.execute(stmt.order_by(Tenant.name))
         return [TenantSummary(tid, tname, created, n_keys, n_memories, n_sessions,
                               None if rate is None else RateLimit.of(rate, burst), in_flight,
-                              per_user)
+                              per_user,
+                              None if since is None else Suspension(since, reason))
                 for (tid, tname, created, n_keys, n_memories, n_sessions, rate, burst,
-                     in_flight, per_user) in rows.all()]
+                     in_flight, per_user, since, reason) in rows.all()]
+
+    async def suspend(self, name: str, reason: str | None) -> bool:
+        """Suspend the tenant named `name` (again: the reason is replaced, the time kept);
+        False when no tenant has the name."""
+        result = await self.session.execute(
+            update(Tenant).where(Tenant.name == name)
+            .values(suspended_at=func.coalesce(Tenant.suspended_at, func.now()),
+                    suspended_reason=reason)
+            .returning(Tenant.id))
+        return result.first() is not None
+
+    async def resume(self, name: str) -> bool:
+        """Lift the tenant's suspension, if any; False when no tenant has the name."""
+        result = await self.session.execute(
+            update(Tenant).where(Tenant.name == name)
+            .values(suspended_at=None, suspended_reason=None).returning(Tenant.id))
+        return result.first() is not None
 
     async def set_limits(self, name: str, change: LimitChange) -> bool:
         """Set the limits `change` names (None: the service's default again), leave the

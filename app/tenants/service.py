@@ -1,5 +1,5 @@
 """An operator's tenant commands (not endpoints): deleting a tenant with everything it
-holds, and setting its own limits."""
+holds, setting its own limits, suspending and resuming it."""
 
 from __future__ import annotations
 
@@ -45,6 +45,24 @@ async def set_limits(engine: AsyncEngine, name: str, change: LimitChange) -> Ten
     running service reads them with the tenant's next request's key: no restart."""
     async with create_sessionmaker(engine)() as session, session.begin():
         if not await TenantRepository(session).set_limits(name, change):
+            raise NotFound(f"no tenant named {name!r}")
+    return await summary(engine, name)
+
+
+async def suspend(engine: AsyncEngine, name: str, reason: str | None) -> TenantSummary:
+    """Refuse the tenant's keys from its next request on (403 `tenant_suspended`, the
+    reason in the detail); what it holds, its keys and its queued work are left as they
+    are. Suspending it again replaces the reason and keeps the time."""
+    async with create_sessionmaker(engine)() as session, session.begin():
+        if not await TenantRepository(session).suspend(name, reason):
+            raise NotFound(f"no tenant named {name!r}")
+    return await summary(engine, name)
+
+
+async def resume(engine: AsyncEngine, name: str) -> TenantSummary:
+    """Accept the tenant's keys again from its next request on."""
+    async with create_sessionmaker(engine)() as session, session.begin():
+        if not await TenantRepository(session).resume(name):
             raise NotFound(f"no tenant named {name!r}")
     return await summary(engine, name)
 

@@ -232,6 +232,51 @@ async def test_a_tenants_own_limits_are_set_listed_and_given_back(
         assert "Traceback" not in refused.stderr
 
 
+async def test_a_tenant_is_suspended_listed_refused_and_resumed(database_url: str,
+                                                                resources: Resources) -> None:
+    tenant = f"paused-{uuid.uuid4().hex[:8]}"
+    made = await cli(database_url, "keys", "create", "--tenant", tenant)
+    assert made.returncode == 0, made.stderr
+    key = made.stdout.split()[-1]
+    assert key.startswith("egm_")
+
+    run = await cli(database_url, "tenants", "suspend", tenant, "--reason",
+                    " invoice 2026-11 unpaid ")
+    assert run.returncode == 0, run.stderr
+    [said] = meaningful_lines(run.stdout)
+    assert re.fullmatch(rf"tenant {tenant!r}: suspended since \S+ \(invoice 2026-11 unpaid\)",
+                        said), said
+    listed = await cli(database_url, "tenants", "list")
+    [row] = [line for line in listed.stdout.splitlines() if f" {tenant} " in line]
+    assert row.endswith(said.split(": ", 1)[1])
+    async with make_client(resources, {"Authorization": f"Bearer {key}"}) as client:
+        refused = await client.get("/v1/memories")
+        assert refused.status_code == 403
+        assert refused.json()["detail"].endswith(": invoice 2026-11 unpaid")
+
+        back = await cli(database_url, "tenants", "resume", tenant)
+        assert back.returncode == 0, back.stderr
+        assert meaningful_lines(back.stdout) == [f"tenant {tenant!r}: active"]
+        assert (await client.get("/v1/memories")).status_code == 200
+    listed = await cli(database_url, "tenants", "list")
+    [row] = [line for line in listed.stdout.splitlines() if f" {tenant} " in line]
+    assert "suspended" not in row
+
+    for action in ("suspend", "resume"):
+        missing = await cli(database_url, "tenants", action, "no-such-tenant")
+        assert missing.returncode == 1
+        assert meaningful_lines(missing.stderr) == ["engram: no tenant named 'no-such-tenant'"]
+    default = await cli(database_url, "tenants", "suspend", "default")
+    assert default.returncode == 0, default.stderr
+    assert "with authentication off every call acts as the default tenant" in default.stderr
+    assert (await cli(database_url, "tenants", "resume", "default")).returncode == 0
+    for bad in (["--reason", "  "], ["--reason", "x" * 501]):
+        refused_cli = await cli(database_url, "tenants", "suspend", tenant, *bad)
+        assert refused_cli.returncode == 2
+        assert "must be 1 to 500 characters" in refused_cli.stderr
+        assert "Traceback" not in refused_cli.stderr
+
+
 async def test_migrate_reports_schema_at_head(database_url: str) -> None:
     result = await cli(database_url, "migrate")
 
