@@ -22,6 +22,7 @@ from app.consolidation.schemas import ConsolidationRequest
 from app.consolidation.service import compose
 from app.consolidation.stored import NewerRun, request_to_run
 from app.errors import ValidationFailed
+from app.tenants.service import is_suspended
 from app.worker.registry import JobContext, JobRegistry, RetryLater
 
 log = logging.getLogger("engram.consolidation")
@@ -61,6 +62,10 @@ async def _run_queued(context: JobContext, runner: ConsolidationRunner,
         # own, while that delivery runs it) may fail it.
         await runner.settle_started(run)
         return
+    if await is_suspended(context.resources.sessionmaker, runner.tenant_id):
+        await runner.give_up(run_id, "its tenant was suspended before the run started; "
+                                     "post it again once the tenant is resumed")
+        return
     try:
         composition = compose(request_to_run(run.request), context.resources)
     except NewerRun as newer:
@@ -93,6 +98,11 @@ async def run_auto(context: JobContext, payload: Mapping[str, Any]) -> None:
         "session_id": payload.get("session_id"), "namespace": payload.get("namespace"),
         "strategy": "simple", "mode": "synthesize_only",
     })
+    if await is_suspended(context.resources.sessionmaker, tenant_id):
+        # Skipped, not postponed: the scope's count queues the next run N writes on.
+        log.info("automatic consolidation of %s skipped: its tenant is suspended",
+                 request.model_dump(exclude_defaults=True))
+        return
     runner = ConsolidationRunner(context.resources, tenant_id)
     try:
         run = await runner.run_now(request, compose(request, context.resources),

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from app.db import Fetcher, delete_in_batches, delete_in_statements, jsonb
 from app.ids import uuid7
-from app.models import ChatSession, SessionEvent, SessionTurn
+from app.models import ChatSession, SessionEvent, SessionTurn, Tenant
 from app.service.metrics import SESSION_EVENTS
 from app.sessions.folding import Chunk
 from app.sessions.health import Health, SessionHealthState
@@ -307,12 +307,13 @@ class SessionReader:
 
 
 async def stalled_folds(session: AsyncSession, limit: int) -> list[tuple[uuid.UUID, str]]:
-    """Sessions, in any tenant, flagged with a fold due, longest waiting first: the sweep
-    queues their fold job again (a job that gave up, or an append whose job was still
-    finishing)."""
+    """Sessions, in any tenant that is not suspended, flagged with a fold due, longest
+    waiting first: the sweep queues their fold job again (a job that gave up, or an append
+    whose job was still finishing)."""
     rows = await session.execute(
         select(ChatSession.tenant_id, ChatSession.session_id)
-        .where(ChatSession.fold_due_since.is_not(None))
+        .join(Tenant, Tenant.id == ChatSession.tenant_id)
+        .where(ChatSession.fold_due_since.is_not(None), Tenant.suspended_at.is_(None))
         .order_by(ChatSession.fold_due_since).limit(limit))
     return [(r.tenant_id, r.session_id) for r in rows]
 

@@ -174,6 +174,11 @@ class TenantRepository:
             .returning(Tenant.id))
         return result.first() is not None
 
+    async def is_suspended(self, tenant_id: uuid.UUID) -> bool:
+        """Whether the tenant is suspended (a tenant deleted meanwhile is not)."""
+        return bool(await self.session.scalar(
+            select(Tenant.suspended_at.is_not(None)).where(Tenant.id == tenant_id)))
+
     async def resume(self, name: str) -> bool:
         """Lift the tenant's suspension, if any; False when no tenant has the name."""
         result = await self.session.execute(

@@ -3,7 +3,9 @@ holds, setting its own limits, suspending and resuming it."""
 
 from __future__ import annotations
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+import uuid
+
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.db import create_sessionmaker
 from app.errors import Conflict, NotFound
@@ -51,12 +53,21 @@ async def set_limits(engine: AsyncEngine, name: str, change: LimitChange) -> Ten
 
 async def suspend(engine: AsyncEngine, name: str, reason: str | None) -> TenantSummary:
     """Refuse the tenant's keys from its next request on (403 `tenant_suspended`, the
-    reason in the detail); what it holds, its keys and its queued work are left as they
-    are. Suspending it again replaces the reason and keeps the time."""
+    reason in the detail); what it holds and its keys are left as they are, and its
+    background jobs do nothing while it lasts (`is_suspended`). Suspending it again
+    replaces the reason and keeps the time."""
     async with create_sessionmaker(engine)() as session, session.begin():
         if not await TenantRepository(session).suspend(name, reason):
             raise NotFound(f"no tenant named {name!r}")
     return await summary(engine, name)
+
+
+async def is_suspended(sessionmaker: async_sessionmaker[AsyncSession],
+                       tenant_id: uuid.UUID) -> bool:
+    """Whether the tenant is suspended: its background jobs ask before they do anything
+    (an LLM call costs whoever runs the service)."""
+    async with sessionmaker() as session:
+        return await TenantRepository(session).is_suspended(tenant_id)
 
 
 async def resume(engine: AsyncEngine, name: str) -> TenantSummary:
