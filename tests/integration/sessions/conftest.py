@@ -16,6 +16,7 @@ from sqlalchemy import text
 from app.resources import Resources
 from app.sessions.folder import FoldOutcome, SessionFolder
 from app.sessions.jobs import folder_for
+from app.sessions.repository import stalled_folds
 from app.sessions.summariser import Summariser
 from app.sessions.types import TurnView
 from tests.conftest import TenantKey, make_client
@@ -80,6 +81,12 @@ async def fold_due_since(resources: Resources, tenant: TenantKey, sid: str) -> o
         return await conn.scalar(
             text("SELECT fold_due_since FROM sessions WHERE tenant_id = :t AND session_id = :s"),
             {"t": tenant.tenant_id, "s": sid})
+
+
+async def flagged(resources: Resources) -> set[tuple[uuid.UUID, str]]:
+    """The sessions the sweep would queue a fold for."""
+    async with resources.sessionmaker() as db:
+        return set(await stalled_folds(db, 100_000))
 
 
 class GatedSummariser:

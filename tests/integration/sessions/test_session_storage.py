@@ -4,7 +4,6 @@ the sweep reads is set when a fold is due and cleared when none is."""
 from __future__ import annotations
 
 import re
-import uuid
 
 import httpx
 import pytest
@@ -13,11 +12,11 @@ from sqlalchemy import text
 from app.resources import Resources
 from app.sessions import folder as folder_module
 from app.sessions.jobs import requeue_stalled_folds
-from app.sessions.repository import stalled_folds
 from tests.conftest import TenantKey, make_client
 from tests.integration.sessions.conftest import (
     SMALL,
     append,
+    flagged,
     fold,
     fold_due_since,
     new_id,
@@ -46,11 +45,6 @@ async def test_no_index_covers_a_column_an_append_changes(resources: Resources) 
         assert not [c for c in APPEND_CHANGES if re.search(rf"\b{c}\b", covered)], definition
     # Room on each page for the new version of a row, which a HOT update needs.
     assert options == ["fillfactor=70"]
-
-
-async def flagged(resources: Resources) -> set[tuple[uuid.UUID, str]]:
-    async with resources.sessionmaker() as db:
-        return set(await stalled_folds(db, 100_000))
 
 
 async def test_the_fold_due_flag_follows_the_backlog(

@@ -9,11 +9,16 @@ from sqlalchemy import text
 
 from app.resources import Resources
 from app.sessions.jobs import run_fold
-from app.sessions.repository import stalled_folds
 from app.tenants.service import resume, suspend
 from app.worker.registry import JobContext
 from tests.conftest import TenantKey
-from tests.integration.sessions.conftest import append, fold_due_since, get_json, new_id
+from tests.integration.sessions.conftest import (
+    append,
+    flagged,
+    fold_due_since,
+    get_json,
+    new_id,
+)
 
 
 async def cursor(resources: Resources, tenant: TenantKey, sid: str) -> object:
@@ -21,11 +26,6 @@ async def cursor(resources: Resources, tenant: TenantKey, sid: str) -> object:
         return await conn.scalar(
             text("SELECT cursor FROM sessions WHERE tenant_id = :t AND session_id = :s"),
             {"t": tenant.tenant_id, "s": sid})
-
-
-async def swept(resources: Resources) -> list[tuple[object, str]]:
-    async with resources.sessionmaker() as db:
-        return list(await stalled_folds(db, 100_000))
 
 
 async def test_a_suspended_tenant_s_fold_waits_until_it_is_resumed(
@@ -44,10 +44,10 @@ async def test_a_suspended_tenant_s_fold_waits_until_it_is_resumed(
 
     assert await cursor(small, tenant, sid) == 0
     assert await fold_due_since(small, tenant, sid) == due
-    assert (tenant.tenant_id, sid) not in await swept(small)
+    assert (tenant.tenant_id, sid) not in await flagged(small)
 
     await resume(small.engine, tenant.name)
-    assert (tenant.tenant_id, sid) in await swept(small)
+    assert (tenant.tenant_id, sid) in await flagged(small)
     await run_fold(job, payload)
 
     session = await get_json(small_client, f"/v1/sessions/{sid}")
