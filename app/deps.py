@@ -35,6 +35,10 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
         429: "The tenant's requests came faster than its rate limit (`rate_limited`), "
              "or it had its share of the requests in flight (`concurrency_limited`); "
              "Retry-After says when to retry",
+        500: "An unexpected error (`internal_error`): the request's open transaction was "
+             "rolled back (a consolidation run keeps the groups it had committed, as its "
+             "record shows); the service's log line with the same `request_id` says what "
+             "failed",
         502: "An upstream provider failed",
         503: "The database or a provider is unavailable, every database connection "
              "stayed busy, a database statement ran past its time, or (`outcome_unknown`) "
@@ -43,7 +47,7 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
              "down, or (`overloaded`) too many requests were in flight (Retry-After)",
         504: "An upstream provider did not answer in time",
     }
-    wanted = {401, 403, 422, 429, 503, *statuses}
+    wanted = {401, 403, 422, 429, 500, 503, *statuses}
     if 502 in wanted:
         # A route that calls a provider can see it fail (502) or time out (504).
         wanted.add(504)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import tempfile
@@ -33,6 +34,7 @@ from app.service.metrics import REGISTRY  # noqa: E402
 from app.settings import Settings  # noqa: E402
 from app.tenants.keys import display_prefix, hash_key, new_key  # noqa: E402
 from app.tenants.repository import TenantRepository  # noqa: E402
+from tests.openapi_answers import AnswerChecker  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -192,11 +194,19 @@ async def count_memories(resources: Resources, tenant: TenantKey) -> int:
             {"t": tenant.tenant_id}) or 0)
 
 
+@functools.cache
+def answers() -> AnswerChecker:
+    """The checker of every test client's answers (the document does not depend on the
+    settings, so one serves every app)."""
+    settings = Settings(embedder="hash", _env_file=None)  # type: ignore[call-arg]
+    return AnswerChecker(create_app(settings).openapi())
+
+
 def make_client(resources: Resources, headers: dict[str, str] | None = None) -> httpx.AsyncClient:
     app = create_app(resources.settings, resources)
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     return httpx.AsyncClient(transport=transport, base_url="http://engram.test",
-                             headers=headers or {})
+                             headers=headers or {}, event_hooks={"response": [answers()]})
 
 
 @pytest.fixture

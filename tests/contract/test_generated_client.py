@@ -9,8 +9,8 @@ unparsed (`parsed is None`), a field it misdescribes would fail the generated
 `from_dict`, and a request field it misnames would be refused with 422, so each
 assertion below is also an assertion about the document. Besides, every answer the
 client receives is validated against the schema the document declares for its
-operation, status and content type (types, required fields, enums, formats), which a
-generated `from_dict` checks only in part.
+operation, status and content type (tests/openapi_answers.py, as for every test
+client), which a generated `from_dict` checks only in part.
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ from uuid import UUID
 
 import httpx
 import pytest
-from openapi_schema_validator import OAS31Validator, oas31_format_checker
 from openapi_spec_validator import validate
 
 from app.main import create_app
 from app.resources import Resources
 from app.settings import Settings
 from tests.conftest import TenantKey
+from tests.openapi_answers import AnswerChecker
 
 PACKAGE = "engram_client"
 BASE_URL = "http://engram.test"
@@ -87,44 +87,6 @@ def models() -> ModuleType:
 def call(operation: str) -> Any:
     """The generated module of an operation, e.g. `call("memories.create_memory")`."""
     return module(f"api.{operation}")
-
-
-class AnswerChecker:
-    """Validates each answer against the document: the operation its method and path
-    match, the response declared for its status, the schema of its content type."""
-
-    def __init__(self, document: dict[str, Any]) -> None:
-        self.document = document
-        self.routes: list[tuple[str, re.Pattern[str], dict[str, Any]]] = [
-            (method, re.compile("^" + re.sub(r"\{[^}]+\}", "[^/]+", path) + "$"), operation)
-            for path, item in document["paths"].items()
-            for method, operation in item.items()]
-        self.checked: list[tuple[str, int]] = []
-
-    def operation(self, method: str, path: str) -> dict[str, Any]:
-        found = [(pattern.pattern.count("[^/]+"), op) for m, pattern, op in self.routes
-                 if m == method.lower() and pattern.match(path)]
-        assert found, f"{method} {path} is not in the document"
-        # The fewest parameters wins: /v1/memories/batch over /v1/memories/{memory_id}.
-        return min(found, key=lambda match: match[0])[1]
-
-    async def __call__(self, response: httpx.Response) -> None:
-        await response.aread()
-        operation = self.operation(response.request.method, response.request.url.path)
-        declared = operation["responses"].get(str(response.status_code))
-        assert declared is not None, (
-            f"{operation['operationId']} answered {response.status_code}, undeclared")
-        content = declared.get("content", {})
-        kind = response.headers.get("content-type", "").split(";")[0]
-        if not content:
-            assert not response.content, operation["operationId"]
-        else:
-            assert kind in content, (operation["operationId"], kind, list(content))
-            schema = content[kind].get("schema")
-            if schema is not None and kind.endswith("json"):
-                OAS31Validator({**schema, "components": self.document["components"]},
-                               format_checker=oas31_format_checker).validate(response.json())
-        self.checked.append((operation["operationId"], response.status_code))
 
 
 @pytest.fixture

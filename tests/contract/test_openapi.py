@@ -290,9 +290,9 @@ async def test_operation_declares_the_errors_it_can_return(
     _, _, op = operations(document)[operation_id]
     declared = {int(s) for s in op["responses"] if s[0] in "45"}
 
-    # Every /v1 call can be unauthenticated, invalid, past its tenant's rate limit, or
-    # meet an unreachable database.
-    assert declared >= {401, 422, 429, 503, *CONTRACT[operation_id].errors}
+    # Every /v1 call can be unauthenticated, its tenant suspended, invalid, past its
+    # tenant's rate limit, fail unexpectedly, or meet an unreachable database.
+    assert declared >= {401, 403, 422, 429, 500, 503, *CONTRACT[operation_id].errors}
 
 
 @pytest.mark.parametrize(
