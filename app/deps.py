@@ -15,6 +15,45 @@ SessionDep = Annotated[AsyncSession, Depends(request_session, scope="function")]
 CallerDep = Annotated[Caller, Depends(current_caller)]
 
 
+def refuse_repeated_params(request: Request) -> None:
+    """A query parameter that takes one value, given more than once, is refused rather
+    than one of its values silently used: `DELETE /v1/memories?user_id=a&user_id=b` would
+    otherwise delete only b's memories. Parameters that take a list (`tags`, ...) repeat
+    by design. A dependency of every /v1 router."""
+    params = request.query_params
+    if len(params.multi_items()) == len(params):
+        return  # nothing repeated: the usual request never looks further
+    lists = _list_params(request)
+    for name in params:
+        if name not in lists and len(params.getlist(name)) > 1:
+            raise ValidationFailed.on(f"query.{name}", "is given more than once; it takes "
+                                                       "one value")
+
+
+def _list_params(request: Request) -> frozenset[str]:
+    """The query parameters of the request's operation that take a list, as its OpenAPI
+    document declares them (built once per app, at the first repeated parameter)."""
+    app = request.app
+    by_operation: dict[tuple[str, str], frozenset[str]] | None = getattr(
+        app.state, "list_params", None)
+    if by_operation is None:
+        by_operation = {
+            (path, method.upper()): frozenset(
+                p["name"] for p in operation.get("parameters", ())
+                if p["in"] == "query" and _is_array(p.get("schema", {})))
+            for path, item in app.openapi()["paths"].items()
+            for method, operation in item.items()
+        }
+        app.state.list_params = by_operation
+    route = request.scope.get("route")
+    return by_operation.get((getattr(route, "path", ""), request.method), frozenset())
+
+
+def _is_array(schema: dict[str, Any]) -> bool:
+    return schema.get("type") == "array" or any(
+        option.get("type") == "array" for option in schema.get("anyOf", ()))
+
+
 def refuse_unknown_params(request: Request, known: frozenset[str]) -> None:
     """A list's query string may hold only its own filters: a misspelt one would otherwise
     be ignored and answer the unfiltered list."""

@@ -8,9 +8,10 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from app.consolidation.router import router as consolidation_router
+from app.deps import refuse_repeated_params
 from app.embedded_db import keep_running
 from app.embedding_space.service import VectorSpaceMismatch
 from app.errors import Problem, install_error_handlers
@@ -32,8 +33,10 @@ log = logging.getLogger("engram")
 
 API_DESCRIPTION = """Engram stores what AI agents want to remember and finds it again.
 
-Errors are `application/problem+json` (RFC 9457). Authenticate with
-`Authorization: Bearer <api key>` when the service runs with authentication on.
+Errors are `application/problem+json` (RFC 9457); a 422 names each bad field (`errors`),
+including a query parameter that takes one value given twice (`tags` and `categories`
+take several). Authenticate with `Authorization: Bearer <api key>` when the service runs
+with authentication on.
 
 Every answer carries an `X-Request-ID` header: the request's own when it sent one (1-128
 characters of letters, digits and `._:-`), else a new one. The service's log lines written
@@ -98,10 +101,8 @@ def create_app(settings: Settings | None = None, resources: Resources | None = N
         app.state.resources = resources
     install_error_handlers(app)
     app.include_router(service_router)
-    app.include_router(memories_router)
-    app.include_router(search_router)
-    app.include_router(consolidation_router)
-    app.include_router(sessions_router)
+    for router in (memories_router, search_router, consolidation_router, sessions_router):
+        app.include_router(router, dependencies=[Depends(refuse_repeated_params)])
     # Innermost: the metrics count, and the request id marks, a request the shutdown cut
     # and one refused for want of a slot.
     app.add_middleware(ShutdownCutMiddleware)

@@ -64,9 +64,16 @@ def zone_aware(value: datetime) -> datetime:
         raise ValueError("must carry a time zone (RFC 3339, e.g. 2026-01-31T12:00:00Z)")
     # Stored and answered in UTC, so the create answer equals every later read.
     try:
-        return value.astimezone(UTC)
+        utc = value.astimezone(UTC)
     except OverflowError:
         raise ValueError("is outside the representable range once converted to UTC") from None
+    # asyncpg writes these two instants as PostgreSQL's -infinity and infinity, which are
+    # not dates: a memory created at -infinity has no day to index, and would come back
+    # as another value than it was sent.
+    if utc.replace(tzinfo=None) in (datetime.min, datetime.max):
+        raise ValueError("must lie after 0001-01-01T00:00:00Z and before "
+                         "9999-12-31T23:59:59.999999Z")
+    return utc
 
 
 _NUMERIC = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)\s*")

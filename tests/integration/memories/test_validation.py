@@ -196,6 +196,44 @@ async def test_create_with_datetime_outside_the_representable_range_is_422_not_5
     await assert_nothing_written(client)
 
 
+@pytest.mark.parametrize("field", ["created_at", "expires_at"])
+@pytest.mark.parametrize("moment", ["0001-01-01T00:00:00Z", "9999-12-31T23:59:59.999999Z",
+                                    "0001-01-01T01:00:00+01:00"])
+async def test_create_at_the_instants_stored_as_infinity_is_422_not_500(
+    client: httpx.AsyncClient, field: str, moment: str
+) -> None:
+    # asyncpg writes the first and last representable instants as -infinity and
+    # infinity; a memory created at -infinity had no day for its text index (a 500).
+    resp = await client.post("/v1/memories", json={"content": "x", field: moment})
+    assert_validation_problem(resp, field)
+    await assert_nothing_written(client)
+    batch = await client.post("/v1/memories/batch",
+                              json={"items": [{"content": "y"}, {"content": "x", field: moment}]})
+    assert_validation_problem(batch, f"items.1.{field}")
+    await assert_nothing_written(client)
+
+
+@pytest.mark.parametrize("moment", ["0001-01-01T00:00:00.000001Z", "9999-12-31T23:59:59.999998Z"])
+async def test_create_just_inside_the_range_is_stored_as_sent(
+    client: httpx.AsyncClient, moment: str
+) -> None:
+    resp = await client.post("/v1/memories", json={"content": "x", "created_at": moment})
+    assert resp.status_code == 201, resp.text
+    assert resp.json()["created_at"] == moment
+    got = await client.get(f"/v1/memories/{resp.json()['id']}")
+    assert got.json()["created_at"] == moment
+
+
+async def test_filters_at_the_instants_stored_as_infinity_are_422(
+    client: httpx.AsyncClient,
+) -> None:
+    listed = await client.get("/v1/memories", params={"created_after": "0001-01-01T00:00:00Z"})
+    assert_validation_problem(listed, "query.created_after")
+    searched = await client.post("/v1/search", json={
+        "query": "x", "created_before": "9999-12-31T23:59:59.999999Z"})
+    assert_validation_problem(searched, "created_before")
+
+
 # --- create: boundaries that must be accepted ----------------------------------------------
 
 
@@ -387,6 +425,41 @@ async def test_list_with_a_bad_query_parameter_is_422_naming_it(
 ) -> None:
     resp = await client.get("/v1/memories", params=params)
     assert_validation_problem(resp, field)
+
+
+@pytest.mark.parametrize(("method", "path", "query", "field"), [
+    ("GET", "/v1/memories", "user_id=a&user_id=b", "user_id"),
+    ("DELETE", "/v1/memories", "user_id=a&user_id=b", "user_id"),
+    ("GET", "/v1/memories", "limit=5&tags=x&limit=6", "limit"),
+    ("GET", "/v1/sessions", "agent_id=a&agent_id=a", "agent_id"),
+    ("GET", "/v1/consolidations", "status=failed&status=succeeded", "status"),
+])
+async def test_a_single_valued_query_parameter_given_twice_is_422_naming_it(
+    client: httpx.AsyncClient, method: str, path: str, query: str, field: str
+) -> None:
+    # Rather than one of the values silently used: a delete of `user_id=a&user_id=b`
+    # deleted b's memories alone.
+    resp = await client.post("/v1/memories", json={"content": "x", "user_id": "b"})
+    assert resp.status_code == 201, resp.text
+    assert_validation_problem(await client.request(method, f"{path}?{query}"), f"query.{field}")
+    listed = await client.get("/v1/memories", params={"user_id": "b"})
+    assert len(listed.json()["items"]) == 1
+
+
+async def test_a_list_query_parameter_repeats(client: httpx.AsyncClient) -> None:
+    resp = await client.post("/v1/memories", json={"content": "x", "tags": ["a", "b"]})
+    assert resp.status_code == 201, resp.text
+    listed = await client.get("/v1/memories?tags=a&tags=b")
+    assert listed.status_code == 200, listed.text
+    assert [m["id"] for m in listed.json()["items"]] == [resp.json()["id"]]
+
+
+async def test_a_repeated_parameter_of_a_path_with_an_id_is_422(
+    client: httpx.AsyncClient,
+) -> None:
+    created = (await client.post("/v1/memories", json={"content": "x"})).json()
+    resp = await client.get(f"/v1/memories/{created['id']}/history?limit=1&limit=2")
+    assert_validation_problem(resp, "query.limit")
 
 
 async def test_list_limit_bounds_1_and_500_are_accepted(client: httpx.AsyncClient) -> None:
