@@ -1,7 +1,8 @@
 """Every answer an HTTP test receives, checked against the OpenAPI document the service
-serves: the operation its method and path match, a response declared for its status,
-its content type among that response's, and its body valid against that schema (types,
-required fields, enums, formats). Hooked into every test client (tests/conftest.py), so
+serves: the operation its method and path match, a response declared for its status, the
+headers that response declares (X-Request-ID on every one), its content type among that
+response's, and its body valid against that schema (types, required fields, enums,
+formats). Hooked into every test client (tests/conftest.py), so
 the document cannot drift from what the service answers without a test failing.
 
 Paths the document does not describe (/openapi.json, /docs, a path that exists nowhere)
@@ -46,7 +47,7 @@ class AnswerChecker:
                 format_checker=oas31_format_checker).validate
         return self.validators[key]
 
-    def check(self, method: str, path: str, status: int, content_type: str | None,
+    def check(self, method: str, path: str, status: int, headers: httpx.Headers,
               body: bytes, json_body: Callable[[], Any]) -> None:
         operation = self.operation(method, path)
         if operation is None:
@@ -56,8 +57,10 @@ class AnswerChecker:
         assert declared is not None, (
             f"{name} answered {status}, which the OpenAPI document does not declare: "
             f"{body[:300]!r}")
+        missing = [h for h in declared.get("headers", {}) if h not in headers]
+        assert not missing, f"{name} {status} answered without the headers {missing}"
         content = declared.get("content", {})
-        kind = (content_type or "").split(";")[0].strip()
+        kind = headers.get("content-type", "").split(";")[0].strip()
         if not content:
             assert not body, f"{name} {status} has no body in the document: {body[:300]!r}"
         else:
@@ -73,5 +76,4 @@ class AnswerChecker:
         """As an httpx response hook."""
         await response.aread()
         self.check(response.request.method, response.request.url.path,
-                   response.status_code, response.headers.get("content-type"),
-                   response.content, response.json)
+                   response.status_code, response.headers, response.content, response.json)
