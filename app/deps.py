@@ -15,11 +15,12 @@ SessionDep = Annotated[AsyncSession, Depends(request_session, scope="function")]
 CallerDep = Annotated[Caller, Depends(current_caller)]
 
 
-def refuse_repeated_params(request: Request) -> None:
+async def refuse_repeated_params(request: Request) -> None:
     """A query parameter that takes one value, given more than once, is refused rather
     than one of its values silently used: `DELETE /v1/memories?user_id=a&user_id=b` would
     otherwise delete only b's memories. Parameters that take a list (`tags`, ...) repeat
-    by design. A dependency of every /v1 router."""
+    by design. A dependency of every /v1 router; `async` so that FastAPI runs it on the
+    event loop, not on a worker thread (a hand-off per request)."""
     params = request.query_params
     if len(params.multi_items()) == len(params):
         return  # nothing repeated: the usual request never looks further
