@@ -45,7 +45,7 @@ FILTER_PARAMS = frozenset({"user_id", "agent_id", "session_id", "namespace", "ta
 LIST_PARAMS = FILTER_PARAMS | {"include_archived", "limit", "cursor"}
 
 
-def memory_filter(
+async def memory_filter(
     user_id: Annotated[ScopeId | None, Query()] = None,
     agent_id: Annotated[ScopeId | None, Query()] = None,
     session_id: Annotated[ScopeId | None, Query()] = None,
@@ -64,7 +64,9 @@ def memory_filter(
         json_schema_extra={"contentMediaType": "application/json",
                            "contentSchema": {"type": "object"}})] = None,
 ) -> MemoryFilter:
-    """The query string's filters, shared by the listing and the filtered delete."""
+    """The query string's filters, shared by the listing and the filtered delete. `async`
+    though it awaits nothing: FastAPI runs a plain function on a worker thread, a hand-off
+    there and back on every listing."""
     try:
         match = metadata_match_param(metadata) if metadata is not None else None
     except ValueError as exc:
