@@ -42,9 +42,7 @@ from schemathesis import checks
 from schemathesis.core.parameters import ParameterLocation
 from schemathesis.specs.openapi import checks as openapi_checks
 
-from app.main import create_app
-from app.settings import Settings
-from tests.conftest import fresh_database
+from tests.conftest import answers, fresh_database
 from tests.integration.test_cli_and_process import base_env, cli, free_port
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -130,8 +128,7 @@ async def wait_ready(process: asyncio.subprocess.Process, base_url: str, log: Pa
 
 # The document the service serves (it does not depend on the settings), loaded at import
 # so the operations are known when tests are collected; the requests go to `served`.
-schema = schemathesis.openapi.from_dict(create_app(Settings(
-    embedder="hash", auth_enabled=True, _env_file=None)).openapi())  # type: ignore[call-arg]
+schema = schemathesis.openapi.from_dict(answers().document)
 
 
 # The fuzzed tenant's key, set when the service has started. Given to Schemathesis as the

@@ -33,8 +33,7 @@ from openapi_spec_validator import validate
 
 from app.main import create_app
 from app.resources import Resources
-from app.settings import Settings
-from tests.conftest import TenantKey
+from tests.conftest import TenantKey, answers
 from tests.openapi_answers import AnswerChecker
 
 PACKAGE = "engram_client"
@@ -43,10 +42,7 @@ BASE_URL = "http://engram.test"
 
 @pytest.fixture(scope="module")
 def document() -> dict[str, Any]:
-    settings = Settings(embedder="hash", auth_enabled=True,
-                        _env_file=None)  # type: ignore[call-arg]
-    served: dict[str, Any] = create_app(settings).openapi()
-    return served
+    return answers().document
 
 
 @pytest.fixture(scope="module")
