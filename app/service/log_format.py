@@ -1,7 +1,8 @@
 """How `serve` writes its log lines: text for a person at a terminal, or one JSON object
 a line for a log pipeline (Loki, Elasticsearch, CloudWatch), which can then filter by
 level or request id without parsing a text layout, and keeps a traceback with its line
-instead of splitting it over many."""
+instead of splitting it over many. In either, a value a client sent (a session id, a
+tag) cannot start a line of its own, so it cannot forge one."""
 
 from __future__ import annotations
 
@@ -18,6 +19,27 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"
 
 # uvicorn's access log passes these as its record's args (uvicorn.logging.AccessFormatter).
 _ACCESS_ARGS = ("client", "method", "path", "http_version", "status")
+
+
+# Line breaks and other control characters, as escapes: a message holding a client's
+# value ("session a\n2026-01-01 ... ERROR ...") would otherwise write a line of its own.
+_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c != 0x09}
+_ESCAPES |= {0x0A: "\\n", 0x0D: "\\r", 0x2028: "\\u2028", 0x2029: "\\u2029"}
+
+
+class TextFormatter(logging.Formatter):
+    """`TEXT_FORMAT`, its message on one line whatever it holds; a traceback follows on
+    its own lines, as Python prints it."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        escaped = record.message.translate(_ESCAPES)
+        if escaped == record.message:
+            return super().formatMessage(record)
+        return super().formatMessage(logging.makeLogRecord({**record.__dict__,
+                                                            "message": escaped}))
 
 
 class JsonFormatter(logging.Formatter):
@@ -56,7 +78,7 @@ def configure(level: str, log_format: LogFormat) -> None:
     """The root logger's handler (stderr) in `log_format`, each record given its request
     id; uvicorn's loggers propagate to it (`serve` passes `log_config=None`)."""
     formatter: logging.Formatter = (
-        JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
+        JsonFormatter() if log_format == "json" else TextFormatter())
     logging.basicConfig(level=level.upper())
     for handler in logging.getLogger().handlers:
         handler.setFormatter(formatter)

@@ -1,4 +1,5 @@
-"""The JSON log format: one object a line, whatever the record holds."""
+"""The log formats: JSON, one object a line whatever the record holds; text, one line a
+message whatever a client put in it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import logging
 import sys
 from typing import Any
 
-from app.service.log_format import JsonFormatter
+from app.service.log_format import JsonFormatter, TextFormatter, configure
 from app.service.request_id import REQUEST_ID, RequestIdFilter
 
 
@@ -77,3 +78,40 @@ def test_text_that_is_not_ascii_and_values_that_are_not_json_are_written() -> No
     entry = formatted(record("uvicorn.access", "%s %s %s %s %s",
                              Opaque(), "GET", "/", "1.1", 200))
     assert entry["http"]["client"] == "opaque"
+
+
+def test_a_client_value_cannot_forge_a_text_line() -> None:
+    forged = "a\n2026-01-01 00:00:00,000 ERROR engram.errors [-]: forged\r\x1b[2J\u2028"
+    line = TextFormatter().format(record("engram.sessions", "session %s: turn refused",
+                                         forged))
+    assert line.count("\n") == 0
+    assert line.endswith("session a\\n2026-01-01 00:00:00,000 ERROR engram.errors [-]: "
+                         "forged\\r\\x1b[2J\\u2028: turn refused")
+    assert " WARNING engram.sessions [-]: " in line
+
+
+def test_a_text_line_keeps_tabs_and_unicode_and_its_traceback_below() -> None:
+    try:
+        raise ValueError("bad\nvalue")
+    except ValueError:
+        rec = record("engram.errors", "café\tnaïve %s", "東京")
+        rec.exc_info = sys.exc_info()
+    first, *rest = TextFormatter().format(rec).split("\n")
+    assert first.endswith("]: café\tnaïve 東京")
+    assert rest[0] == "Traceback (most recent call last):"
+    assert rest[-2:] == ["ValueError: bad", "value"]
+
+
+def test_serve_writes_text_through_the_escaping_formatter() -> None:
+    root = logging.getLogger()
+    saved = [(h, h.formatter, list(h.filters)) for h in root.handlers]
+    handler = logging.StreamHandler()
+    root.addHandler(handler)
+    try:
+        configure("info", "text")
+        assert isinstance(handler.formatter, TextFormatter)
+    finally:
+        root.removeHandler(handler)
+        for h, formatter, filters in saved:
+            h.setFormatter(formatter)
+            h.filters[:] = filters
