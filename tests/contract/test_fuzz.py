@@ -12,13 +12,14 @@ surrogates, dates in year 1, huge numbers, unknown fields):
 
 Two of Schemathesis' checks are left out on purpose: `positive_data_acceptance` (the
 service refuses some schema-valid requests for reasons no schema states: a cursor it did
-not issue, a metadata filter that is not JSON, a delete that names no scope, an LLM
-strategy with no LLM configured, text that is blank once trimmed; each a 422 naming the
-field) and `ensure_resource_availability` (a memory created already expired is, by
+not issue, a metadata filter that is not JSON, a delete that names no scope, text that
+is blank once trimmed or holds what PostgreSQL cannot store; each a 422 naming the field) and `ensure_resource_availability` (a memory created already expired is, by
 design, not found).
 
 The service runs as its own process on a database of its own (it runs background jobs
-the suite's other tests must not see), with authentication on. Hypothesis is
+the suite's other tests must not see), with authentication on and an LLM (a fake
+chat-completions server on 127.0.0.1), so the LLM strategies, the rolling summaries and
+the automatic consolidation the requests set off run too. Hypothesis is
 derandomized, so CI runs the same requests every time; `ENGRAM_FUZZ_EXAMPLES` raises the
 count for a longer hunt.
 """
@@ -43,6 +44,7 @@ from schemathesis.core.parameters import ParameterLocation
 from schemathesis.specs.openapi import checks as openapi_checks
 
 from tests.conftest import answers, fresh_database
+from tests.fakes.llm_server import FakeLLMServer
 from tests.integration.test_cli_and_process import base_env, cli, free_port
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -90,20 +92,26 @@ async def served(database_url: str,
         assert made.returncode == 0, made.stderr
         key = made.stdout.split()[0]
         port = free_port()
-        env = base_env(ENGRAM_DATABASE_URL=url, ENGRAM_PORT=str(port),
-                       ENGRAM_AUTH_ENABLED="true")
-        with log.open("wb") as out:
+        with FakeLLMServer() as llm, log.open("wb") as out:
+            # An LLM, so the `llm` and `dual_mode` strategies and the sessions' rolling
+            # summaries run rather than answer 422; and background work (automatic
+            # consolidation, folds) that the requests set off.
+            env = base_env(ENGRAM_DATABASE_URL=url, ENGRAM_PORT=str(port),
+                           ENGRAM_AUTH_ENABLED="true", ENGRAM_LLM_BASE_URL=llm.base_url,
+                           ENGRAM_LLM_MODEL="fake", ENGRAM_AUTO_CONSOLIDATE_EVERY="5",
+                           ENGRAM_SESSION_FOLD_THRESHOLD="4",
+                           ENGRAM_SESSION_RECENT_TURNS="2")
             process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "app", "serve", cwd=PROJECT_ROOT, env=env,
                 stdout=out, stderr=asyncio.subprocess.STDOUT)
-        base_url = f"http://127.0.0.1:{port}"
-        try:
-            await wait_ready(process, base_url, log)
-            KEY["key"] = key
-            yield Served(base_url, key)
-        finally:
-            process.terminate()
-            await asyncio.wait_for(process.wait(), 60)
+            base_url = f"http://127.0.0.1:{port}"
+            try:
+                await wait_ready(process, base_url, log)
+                KEY["key"] = key
+                yield Served(base_url, key)
+            finally:
+                process.terminate()
+                await asyncio.wait_for(process.wait(), 60)
     # Whatever it was sent, nothing escaped as an unhandled error.
     assert "Traceback" not in text_of(log), text_of(log)
 
