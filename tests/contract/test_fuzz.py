@@ -13,15 +13,16 @@ surrogates, dates in year 1, huge numbers, unknown fields):
 Two of Schemathesis' checks are left out on purpose: `positive_data_acceptance` (the
 service refuses some schema-valid requests for reasons no schema states: a cursor it did
 not issue, a metadata filter that is not JSON, a delete that names no scope, text that
-is blank once trimmed or holds what PostgreSQL cannot store; each a 422 naming the field) and `ensure_resource_availability` (a memory created already expired is, by
+is blank once trimmed or holds what PostgreSQL cannot store; each a 422 naming the
+field) and `ensure_resource_availability` (a memory created already expired is, by
 design, not found).
 
 The service runs as its own process on a database of its own (it runs background jobs
 the suite's other tests must not see), with authentication on and an LLM (a fake
 chat-completions server on 127.0.0.1), so the LLM strategies, the rolling summaries and
-the automatic consolidation the requests set off run too. Hypothesis is
-derandomized, so CI runs the same requests every time; `ENGRAM_FUZZ_EXAMPLES` raises the
-count for a longer hunt.
+the automatic consolidation the requests set off run too. Hypothesis is derandomized, so
+CI runs the same requests every time; `ENGRAM_FUZZ_EXAMPLES` raises the count for a
+longer hunt.
 """
 
 from __future__ import annotations
