@@ -71,6 +71,8 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
              "detail gives the reason); nothing was read or changed",
         404: "Not found in the caller's tenant",
         409: "Conflict",
+        413: "The request body is larger than the service reads (`payload_too_large`; "
+             "ENGRAM_MAX_BODY_MB, 64 MiB by default): split the batch",
         422: "Invalid input; `errors` names each bad field",
         429: "The tenant's requests came faster than its rate limit (`rate_limited`), "
              "or it had its share of the requests in flight (`concurrency_limited`); "
@@ -87,7 +89,7 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
              "down, or (`overloaded`) too many requests were in flight (Retry-After)",
         504: "An upstream provider did not answer in time",
     }
-    wanted = {401, 403, 422, 429, 500, 503, *statuses}
+    wanted = {401, 403, 413, 422, 429, 500, 503, *statuses}
     if 502 in wanted:
         # A route that calls a provider can see it fail (502) or time out (504).
         wanted.add(504)

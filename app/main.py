@@ -21,6 +21,7 @@ from app.migrate import MigrationLockTimeout
 from app.resources import Resources, build_resources
 from app.search.router import router as search_router
 from app.service.admission import AdmissionMiddleware
+from app.service.body_limit import BodyLimitMiddleware
 from app.service.metrics import MetricsMiddleware
 from app.service.request_id import RequestIdMiddleware
 from app.service.router import router as service_router
@@ -104,10 +105,12 @@ def create_app(settings: Settings | None = None, resources: Resources | None = N
     for router in (memories_router, search_router, consolidation_router, sessions_router):
         app.include_router(router, dependencies=[Depends(refuse_repeated_params)])
     # Innermost: the metrics count, and the request id marks, a request the shutdown cut
-    # and one refused for want of a slot.
+    # and one refused for want of a slot, or for a body past the bound (refused by its
+    # length before it takes a slot).
     app.add_middleware(ShutdownCutMiddleware)
     app.add_middleware(AdmissionMiddleware, limit=settings.max_concurrent_requests,
                        wait_seconds=settings.request_queue_seconds)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_mb * 2**20)
     app.add_middleware(MetricsMiddleware)
     app.add_middleware(RequestIdMiddleware)
     _declare_problem_schema(app)

@@ -52,6 +52,11 @@ class Settings(BaseSettings):
     # requests of one tenant cannot hold every slot above. 0: no bound. `python -m app
     # tenants limit --in-flight` sets a tenant's own.
     tenant_max_concurrent_requests: int = Field(default=0, ge=0, le=100_000)
+    # The largest request body read, in MiB; past it the request answers 413 as soon as
+    # that many bytes have come, whatever Content-Length said, so one client cannot make
+    # the process hold gigabytes. A batch of 1,000 memories of 32,768 ASCII characters
+    # and 16 KiB of metadata each is ~48 MiB. 0: no bound.
+    max_body_mb: int = Field(default=64, ge=0, le=100_000)
 
     # Database pool. Two cores serve HTTP, the model and PostgreSQL, so a small
     # pool is enough; more connections only queue inside PostgreSQL. The search's own
