@@ -785,7 +785,13 @@ async def test_sigterm_cutting_a_commit_says_the_outcome_is_unknown(
     async with httpx.AsyncClient(base_url=service.base_url, timeout=60) as client, \
             commits_held(resources) as conn:
         pending = asyncio.create_task(client.post("/v1/memories", json={"content": content}))
-        await wait_for_a_write_waiting(conn, service, pending, "wait_event = 'SyncRep'")
+        # The write's own backend: it holds its lock on `memories` while it waits. The
+        # service's background writes (the term statistics' fold of rows earlier tests
+        # left, every few seconds) wait on the standby too, and one taken for the write
+        # would send the SIGTERM before the write's COMMIT.
+        await wait_for_a_write_waiting(
+            conn, service, pending, "wait_event = 'SyncRep' AND pid IN (SELECT pid FROM "
+                                    "pg_locks WHERE relation = 'memories'::regclass)")
         service.process.send_signal(signal.SIGTERM)
         status = await exit_status(service, 30)
         cut = await pending
