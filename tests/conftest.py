@@ -252,10 +252,23 @@ def drop_connection_at(session: Any, statement: int) -> list[int]:
     return tried
 
 
+async def backends_where(conn: asyncpg.Connection, condition: str) -> int:
+    """How many other backends pg_stat_activity shows meeting `condition`, as of now even
+    inside a transaction: PostgreSQL reads the list of backends once per transaction (a
+    backend connected later is missing from it; only the wait events are live), so a
+    poll from `memories_locked`'s connection would never see a write on a connection the
+    service opened after the first poll."""
+    await conn.execute("SELECT pg_stat_clear_snapshot()")
+    return int(await conn.fetchval(
+        f"SELECT count(*) FROM pg_stat_activity WHERE ({condition}) "
+        "AND pid <> pg_backend_pid()"))
+
+
 @asynccontextmanager
 async def memories_locked(resources: Resources) -> AsyncIterator[asyncpg.Connection]:
     """`memories` locked by another connection, as a migration altering it would: a write
-    (or any statement on it) waits until the block ends. Yields that connection."""
+    (or any statement on it) waits until the block ends. Yields that connection (its
+    transaction open: ask it who waits with `backends_where`)."""
     conn = await asyncpg.connect(asyncpg_dsn(resources.engine))
     try:
         async with conn.transaction():

@@ -27,7 +27,7 @@ from sqlalchemy import text
 from app.db import asyncpg_dsn
 from app.migrate import head_revision
 from app.resources import Resources
-from tests.conftest import make_client, memories_locked
+from tests.conftest import backends_where, make_client, memories_locked
 
 pytestmark = pytest.mark.slow
 
@@ -674,15 +674,14 @@ async def wait_for_a_write_waiting(conn: asyncpg.Connection, service: Service,
     """Until the service's write waits as `waiting` (pg_stat_activity) says: a lock, by
     default. Fails, saying why, if the write answers first."""
     for _ in range(600):
-        if await conn.fetchval(
-                f"SELECT count(*) FROM pg_stat_activity WHERE {waiting} "
-                "AND application_name LIKE 'engram%' AND pid <> pg_backend_pid()"):
+        if await backends_where(conn, f"{waiting} AND application_name LIKE 'engram%'"):
             return
         if pending.done():
             answer = pending.result()
             raise AssertionError(f"the write answered {answer.status_code} without waiting "
                                  f"for the lock: {answer.text}\n{service.log}")
         await asyncio.sleep(0.05)
+    await conn.execute("SELECT pg_stat_clear_snapshot()")
     activity = await conn.fetch("SELECT application_name, state, wait_event_type, wait_event,"
                                 " query FROM pg_stat_activity WHERE pid <> pg_backend_pid()")
     raise AssertionError(f"the write never waited for the lock: {activity}\n{service.log}")

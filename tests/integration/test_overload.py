@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from app.resources import Resources
-from tests.conftest import TenantKey, make_client, memories_locked, reconfigured
+from tests.conftest import TenantKey, backends_where, make_client, memories_locked, reconfigured
 
 
 @pytest.fixture
@@ -28,9 +28,7 @@ async def test_a_request_past_the_bound_is_refused_while_one_is_stuck(
             stuck = asyncio.create_task(
                 client.post("/v1/memories", json={"content": "written after a wait"}))
             for _ in range(200):  # until the write waits for the lock
-                if await lock.fetchval(
-                        "SELECT count(*) FROM pg_stat_activity "
-                        "WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid()"):
+                if await backends_where(lock, "wait_event_type = 'Lock'"):
                     break
                 await asyncio.sleep(0.02)
             refused = await client.post("/v1/memories", json={"content": "refused"})
