@@ -16,12 +16,22 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
+    GCCollector,
     Histogram,
+    PlatformCollector,
+    ProcessCollector,
     generate_latest,
 )
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 REGISTRY = CollectorRegistry(auto_describe=True)
+# The process's own figures (resident memory, open file descriptors, CPU seconds, start
+# time; the Python version; garbage collections), what a long-running service's dashboard
+# watches for growth. The registry is Engram's own, so the defaults do not come by
+# themselves. Read from /proc at scrape time only: nothing on the request path.
+ProcessCollector(registry=REGISTRY)
+PlatformCollector(registry=REGISTRY)
+GCCollector(registry=REGISTRY)
 REQUESTS = Counter("engram_http_requests_total", "HTTP requests answered",
                    ["method", "route", "status"], registry=REGISTRY)
 LATENCY = Histogram("engram_http_request_seconds", "HTTP request latency",

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import re
 import socket
+import time
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -111,6 +114,28 @@ async def test_metrics_is_prometheus_text_counting_requests_by_route(
                          ("engram_maintenance_failures_total", "counter"),
                          ("engram_embedded_postgres_restarts_total", "counter")):
         assert f"# TYPE {family} {kind}" in after, family
+
+
+def sample(metrics_text: str, name: str) -> float:
+    match = re.search(rf"^{name} (\S+)$", metrics_text, re.MULTILINE)
+    assert match, f"{name} not in /metrics"
+    return float(match.group(1))
+
+
+async def test_metrics_has_the_process_own_figures(anon_client: httpx.AsyncClient) -> None:
+    """Resident memory, file descriptors, CPU and the garbage collector, read from this
+    very process: what a dashboard watches a long-running service's growth by."""
+    text = (await anon_client.get("/metrics")).text
+    pages = Path("/proc/self/statm").read_text().split()[1]  # noqa: ASYNC240
+    resident = int(pages) * os.sysconf("SC_PAGE_SIZE")
+    assert sample(text, "process_resident_memory_bytes") == pytest.approx(resident, rel=0.2)
+    open_fds = sample(text, "process_open_fds")
+    assert 3 <= open_fds <= sample(text, "process_max_fds")
+    assert sample(text, "process_cpu_seconds_total") > 0
+    assert sample(text, "process_start_time_seconds") <= time.time()
+    assert re.search(r'^python_info\{.*version="\d+\.\d+\.\d+"', text, re.MULTILINE)
+    assert re.search(r'^python_gc_collections_total\{generation="0"\} \d', text,
+                     re.MULTILINE)
 
 
 @pytest.mark.parametrize(
