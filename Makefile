@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test lint migrate revision bench constraints clean
+.PHONY: help install run test lint migrate revision bench soak constraints clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -50,6 +50,9 @@ bench: $(STAMP) ## run every benchmark (prints numbers; takes tens of minutes)
 	$(BIN)/python bench/sessions.py
 	$(BIN)/python bench/consolidate.py
 	$(BIN)/python -m bench.retrieval_eval
+
+soak: $(STAMP) ## 20 minutes of mixed traffic: memory, descriptors, backends level off?
+	$(BIN)/python bench/soak.py
 
 constraints: $(STAMP) ## rewrite constraints.txt from .venv (after upgrading a dependency there)
 	{ sed -n '/^#/p' constraints.txt; $(BIN)/python -m pip freeze --exclude-editable \

@@ -41,6 +41,8 @@ class LeanHttp:
              if line.lower().startswith(b"content-length:")),
             None,
         )
+        if length is None and status in (204, 304):  # no body, by definition
+            return status, b""
         if length is None:
             raise RuntimeError(f"no Content-Length in the answer: {head!r}")
         return status, await self.reader.readexactly(length)
