@@ -49,6 +49,7 @@ def serve(settings: Settings) -> int:
         log_level=settings.log_level,
         access_log=settings.access_log,
         timeout_graceful_shutdown=settings.shutdown_grace_seconds or None,
+        timeout_keep_alive=settings.keep_alive_seconds,
         loop="uvloop",
         http="httptools",
         log_config=None,

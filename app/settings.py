@@ -37,6 +37,11 @@ class Settings(BaseSettings):
     # grace (Kubernetes: 30 s; compose here: 30 s), so the shutdown that follows (the
     # workers, the pools, the embedded server) runs before a SIGKILL would.
     shutdown_grace_seconds: int = Field(default=20, ge=0, le=3600)
+    # How long an idle keep-alive connection stays open (uvicorn's default, 5 s). Behind a
+    # load balancer that reuses its connections, this must be longer than the balancer's
+    # own idle timeout, or it sends a request down a connection the service just closed
+    # and answers 502 (AWS ALB: 60 s).
+    keep_alive_seconds: int = Field(default=5, ge=1, le=3600)
     # Requests one process serves at once; past it a request waits this long for a slot,
     # then answers 503 overloaded (app/service/admission.py). 0: no bound.
     max_concurrent_requests: int = Field(default=64, ge=0, le=100_000)
