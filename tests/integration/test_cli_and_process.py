@@ -4,6 +4,7 @@ and the service itself on the embedded database, stopped with SIGTERM and starte
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import os
 import re
@@ -665,15 +666,11 @@ def test_json_logs_are_one_object_a_line_with_the_request_id(
         [("DELETE", "/v1/memories?user_id=nobody", 200)], service.log
 
 
-def healthz_on(conn: socket.socket) -> bytes:
-    """GET /healthz on an open keep-alive connection; the whole answer."""
-    conn.sendall(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
-    answer = b""
-    while b"\r\n\r\n" not in answer or not answer.endswith(b"}"):
-        chunk = conn.recv(4096)
-        assert chunk, f"closed mid-answer: {answer!r}"
-        answer += chunk
-    return answer
+def healthz(conn: http.client.HTTPConnection) -> int:
+    conn.request("GET", "/healthz")
+    answer = conn.getresponse()
+    answer.read()
+    return answer.status
 
 
 def test_an_idle_keep_alive_connection_is_closed_after_the_setting(
@@ -683,15 +680,19 @@ def test_an_idle_keep_alive_connection_is_closed_after_the_setting(
     service = start_service(1, ENGRAM_DATABASE_URL=database_url,
                             ENGRAM_KEEP_ALIVE_SECONDS="2")
     service.wait_ready()
-    port = int(service.base_url.rsplit(":", 1)[1])
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
-        assert healthz_on(conn).startswith(b"HTTP/1.1 200 ")
+    conn = http.client.HTTPConnection(service.base_url.removeprefix("http://"), timeout=10)
+    try:
+        assert healthz(conn) == 200
+        opened = conn.sock
         time.sleep(0.5)
-        # Still open while idle for less than the setting: the same connection answers.
-        assert healthz_on(conn).startswith(b"HTTP/1.1 200 ")
+        # Still open while idle for less than the setting: the same socket answers.
+        assert healthz(conn) == 200
+        assert conn.sock is opened
         idle_since = time.monotonic()
-        assert conn.recv(4096) == b""  # the server closed it (recv waits up to 10 s)
+        assert conn.sock.recv(4096) == b""  # the server closed it (recv waits up to 10 s)
         idle = time.monotonic() - idle_since
+    finally:
+        conn.close()
     assert 1.5 <= idle < 4.5, idle
     service.stop()
 
