@@ -25,7 +25,7 @@ from app.service.body_limit import BodyLimitMiddleware
 from app.service.metrics import MetricsMiddleware
 from app.service.request_id import RequestIdMiddleware
 from app.service.router import router as service_router
-from app.service.shutdown import ShutdownCutMiddleware
+from app.service.shutdown import CUT_ANSWER_SECONDS, RequestsInFlight, ShutdownCutMiddleware
 from app.sessions.router import router as sessions_router
 from app.settings import Settings
 from app.worker.lifecycle import start_background_work
@@ -67,6 +67,7 @@ def freeze_startup_objects() -> None:
 def create_app(settings: Settings | None = None, resources: Resources | None = None) -> FastAPI:
     """Build the app. Given `resources` (tests), the lifespan neither opens nor closes them."""
     settings = settings or (resources.settings if resources else Settings())
+    in_flight = RequestsInFlight()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -93,6 +94,12 @@ def create_app(settings: Settings | None = None, resources: Resources | None = N
         try:
             yield
         finally:
+            # uvicorn comes here as soon as it has cut the requests past the grace, not
+            # once they have answered (app/service/shutdown.py).
+            if not await in_flight.none_left(CUT_ANSWER_SECONDS):
+                log.warning("%d request(s) cut by the shutdown did not answer within %.0f s; "
+                            "their connections close unanswered", in_flight.count,
+                            CUT_ANSWER_SECONDS)
             await background.stop()
             await opened.close()
 
@@ -107,7 +114,7 @@ def create_app(settings: Settings | None = None, resources: Resources | None = N
     # Innermost: the metrics count, and the request id marks, a request the shutdown cut
     # and one refused for want of a slot, or for a body past the bound (refused by its
     # length before it takes a slot).
-    app.add_middleware(ShutdownCutMiddleware)
+    app.add_middleware(ShutdownCutMiddleware, in_flight=in_flight)
     app.add_middleware(AdmissionMiddleware, limit=settings.max_concurrent_requests,
                        wait_seconds=settings.request_queue_seconds)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_mb * 2**20)

@@ -6,6 +6,13 @@ a traceback, as for a bug. It is no bug: the client is told, in problem+json, th
 service is stopping and to retry (another replica, or this one once started again),
 unless the request was cut while its COMMIT was awaited: that change may have been
 applied, so it answers 503 outcome_unknown, as a COMMIT that went unanswered does.
+
+uvicorn does not wait for the requests it cancels: it goes on to the app's shutdown at
+once, and the process ends with it. A request whose unwinding waits on the database (its
+session given back on a connection whose backend has not yet answered the cancel) then
+lost its answer: the client saw the connection closed with nothing said. So the requests
+in flight are counted here, and the app's shutdown first waits, for at most
+`CUT_ANSWER_SECONDS`, until the cut ones have answered.
 """
 
 from __future__ import annotations
@@ -19,20 +26,61 @@ from app.errors import COMMIT_CUT, commit_unanswered, problem_response
 
 log = logging.getLogger("engram.shutdown")
 
+# Long enough for a cut request to give back its connection and answer when the database
+# answers at all; short beside the supervisor's grace that follows the service's own.
+CUT_ANSWER_SECONDS = 5.0
+
 DETAIL = ("the service is shutting down and stopped this request before it finished; "
           "retry it (a create retried with its Idempotency-Key is applied at most once)")
+
+
+class RequestsInFlight:
+    """How many requests have not answered yet, and a wait until none is left."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._none_left: asyncio.Future[None] | None = None
+
+    def started(self) -> None:
+        self.count += 1
+
+    def ended(self) -> None:
+        self.count -= 1
+        if self.count == 0 and self._none_left is not None and not self._none_left.done():
+            self._none_left.set_result(None)
+
+    async def none_left(self, seconds: float) -> bool:
+        """Whether every request has answered within `seconds`."""
+        if self.count == 0:
+            return True
+        if self._none_left is None or self._none_left.done():
+            self._none_left = asyncio.get_running_loop().create_future()
+        try:
+            async with asyncio.timeout(seconds):
+                await asyncio.shield(self._none_left)
+        except TimeoutError:
+            return False
+        return True
 
 
 class ShutdownCutMiddleware:
     """Pure ASGI, like the metrics layer: no task per request on the hot path."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, *, in_flight: RequestsInFlight) -> None:
         self.app = app
+        self.in_flight = in_flight
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        self.in_flight.started()
+        try:
+            await self._answer(scope, receive, send)
+        finally:
+            self.in_flight.ended()
+
+    async def _answer(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = False
         # Shared with the request (app/db.py marks a COMMIT cut here); made now, since a
         # copy of the scope made further in would not carry a dict created there back.

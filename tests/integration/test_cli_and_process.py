@@ -15,7 +15,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -781,6 +781,66 @@ async def test_sigterm_cuts_a_request_past_the_grace_and_rolls_it_back(
     assert "Traceback" not in service.log, service.log
     assert written == 0
 
+
+
+async def lock_waiters(conn: asyncpg.Connection) -> list[int]:
+    """The service's backends waiting for a lock, by pid."""
+    await conn.execute("SELECT pg_stat_clear_snapshot()")
+    return [row[0] for row in await conn.fetch(
+        "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+        "AND application_name LIKE 'engram%'")]
+
+
+@contextmanager
+def backends_stopped(pids: list[int]) -> Iterator[None]:
+    """The backends frozen (SIGSTOP) until the block ends: a database that is slow to
+    answer the cancel of a statement and give the connection back."""
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+
+
+async def test_a_request_cut_by_the_shutdown_answers_though_its_database_lets_go_late(
+    start_service: Callable[..., Service], resources: Resources, database_url: str,
+) -> None:
+    """uvicorn goes on to the app's shutdown as soon as it has cut the requests past the
+    grace, without waiting for them. A cut request unwinds through its session, which
+    waits for the database; the process used to end first, and the client saw its
+    connection closed without an answer. The shutdown now waits for it to answer (for at
+    most CUT_ANSWER_SECONDS: tests/unit/test_shutdown_cut.py)."""
+    service = start_service(1, ENGRAM_DATABASE_URL=database_url,
+                            ENGRAM_SHUTDOWN_GRACE_SECONDS="1")
+    service.wait_ready()
+    content = f"cut while its backend is frozen {uuid.uuid4()}"
+    async with httpx.AsyncClient(base_url=service.base_url, timeout=60) as client:
+        async with memories_locked(resources) as conn:
+            pending = asyncio.create_task(client.post("/v1/memories", json={"content": content}))
+            await wait_for_a_write_waiting(conn, service, pending)
+            (write,) = await lock_waiters(conn)
+            with backends_stopped([write]):
+                service.process.send_signal(signal.SIGTERM)
+                await asyncio.sleep(2.5)  # the grace (1 s) is over: the write was cut
+                assert service.process.poll() is None, service.log
+                assert not pending.done()
+            status = await exit_status(service, 30)
+        cut = await pending
+
+    async with resources.engine.connect() as db:
+        written = await db.scalar(text("SELECT count(*) FROM memories WHERE content = :c"),
+                                  {"c": content})
+    assert status in (0, -signal.SIGTERM), service.log
+    assert cut.status_code == 503, cut.text
+    assert cut.headers["retry-after"] == "1"
+    assert cut.json()["type"].endswith("/shutting_down")
+    assert "POST /v1/memories cut by the shutdown before it finished" in service.log
+    assert "did not answer" not in service.log
+    assert "Application shutdown complete" in service.log
+    assert "Traceback" not in service.log, service.log
+    assert written == 0
 
 
 @asynccontextmanager
