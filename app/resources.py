@@ -17,6 +17,7 @@ from app.providers.embedder import Embedder, build_embedder, load_embedder
 from app.providers.llm import LLMClient, build_llm_client
 from app.search.config import build_limits, build_pipeline
 from app.search.pipeline import SearchPipeline
+from app.search.query_vectors import QueryVectorCache
 from app.search.reader import SearchReader, memory_read_settings
 from app.search.repository import RetrievalLimits
 from app.settings import Settings
@@ -46,6 +47,10 @@ class Resources:
     @cached_property
     def search_pipeline(self) -> SearchPipeline:
         return build_pipeline(self.settings)
+
+    @cached_property
+    def query_vectors(self) -> QueryVectorCache:
+        return QueryVectorCache(self.settings.search_query_cache_size)
 
     @cached_property
     def rate_limiter(self) -> TenantRateLimiter:

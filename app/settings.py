@@ -158,6 +158,10 @@ class Settings(BaseSettings):
     # so a query about nothing stored answers an empty list; -1 keeps every candidate.
     # None: the floor measured for the embedder (see `min_similarity`).
     search_min_similarity: float | None = Field(default=None, ge=-1, le=1)
+    # The vectors of the last this many distinct queries (a tenant's text; tenants never
+    # share one) are kept, so a question asked again is not embedded again
+    # (app/search/query_vectors.py): ~3.5 KB each with the query's text; 0 turns it off.
+    search_query_cache_size: int = Field(default=1024, ge=0, le=1_000_000)
     # A scope with fewer visible rows than this is ranked exactly instead of through HNSW.
     search_exact_below: int = Field(default=1000, ge=0, le=100_000)
     # Also ranked exactly: a tenant so small a share of the HNSW index that its scan would

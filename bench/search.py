@@ -50,9 +50,10 @@ on 2 shared cores):
    clustered on its own topics; uniform random vectors would make the graph behave
    differently. Text/vector pairing does not change the cost of either half.
 
-2. Runs the service (`python -m app serve`, ENGRAM_EMBEDDER=local, auth off) against that
-   database and, in --rounds interleaved rounds (so a change of load on the shared machine
-   hits every figure alike), measures sequentially:
+2. Runs the service (`python -m app serve`, ENGRAM_EMBEDDER=local, auth off, no query cache
+   unless --query-cache: every request embeds its query, as for a question asked for the
+   first time) against that database and, in --rounds interleaved rounds (so a change of
+   load on the shared machine hits every figure alike), measures sequentially:
      HTTP  POST /v1/search latency for unscoped-tenant queries, for queries scoped to a
            small user (a different 50-100-row user each time) and to the largest user,
            each request sent twice, interleaved: through httpx, and through LeanHttp (a
@@ -72,6 +73,8 @@ on 2 shared cores):
            and connection settings the service uses; no embedding).
    A what-if times text + vector with text_match_cap 200 and with exact_below 250 (timing
    only; both change which rows are found, so recall).
+   With --query-cache N the service keeps N query vectors, and the measured questions are
+   then asked again (lean client): a search whose vector comes from the cache.
    Then requests/s with 8 concurrent clients (httpx.AsyncClient, a bounded number of mixed
    requests), and the plans the service really runs for a sample of queries of each class:
    on a dedicated asyncpg connection with the search pool's settings, auto_explain
@@ -845,7 +848,10 @@ async def open_service(cleanup: ing.Cleanup, url: str, tmp: Path) -> ServiceSide
     engine = create_engine(settings.async_database_url or url, settings)
     reader = await SearchReader.open(engine, settings)
     port = ing.free_port()
-    proc, log_path = ing.start_server(cleanup, url, "local", port, tmp, None)
+    # Every request embeds its query, as in the runs these benches compare with (the
+    # benches ask one question many times: the query cache would answer most of them).
+    proc, log_path = ing.start_server(cleanup, url, "local", port, tmp, None,
+                                      {"ENGRAM_SEARCH_QUERY_CACHE_SIZE": "0"})
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
         await ing.wait_ready(proc, http, log_path, 240.0)
 
@@ -905,7 +911,7 @@ async def measure_size(
 
     port = ing.free_port()
     profile_out = tmp / f"profile-{seeded['rows']}.json" if args.profile else None
-    proc, log_path = start_server(cleanup, url, port, tmp, profile_out)
+    proc, log_path = start_server(cleanup, url, port, tmp, profile_out, args.query_cache)
     engine = create_engine(settings.async_database_url or url, settings)
     # The search's own pool, as the service opens it (app/search/reader.py).
     reader = await SearchReader.open(engine, settings)
@@ -1072,6 +1078,16 @@ async def measure_size(
 
             out["http"] = {c: {**stats(lat[c]), "empty": empty[c]} for c in CLASSES}
             out["http_lean"] = {c: stats(lat_lean[c]) for c in CLASSES}
+            if args.query_cache:
+                # Every measured question has been asked by now: each is asked again,
+                # and its vector comes from the query cache.
+                again: dict[str, list[float]] = {c: [] for c in CLASSES}
+                for i in order[: args.what_if]:
+                    for cls in CLASSES:
+                        body = body_for(cls, questions[i], i, small_users, large_user)
+                        again[cls].append(await post_lean(body))
+                out["http_lean_repeated"] = {c: stats(again[c]) for c in CLASSES}
+                out["query_vectors"] = await query_vector_counts(client)
             await lean.close()
             out["sql"] = {c: {k: stats(sql[c][k]) for k in SQL_PARTS} for c in CLASSES}
             out["embed"] = stats(emb)
@@ -1219,9 +1235,11 @@ async def measure_size(
 
 
 def start_server(
-    cleanup: ing.Cleanup, url: str, port: int, tmp: Path, profile_out: Path | None
+    cleanup: ing.Cleanup, url: str, port: int, tmp: Path, profile_out: Path | None,
+    query_cache: int = 0,
 ) -> tuple[subprocess.Popen[bytes], Path]:
-    """`python -m app serve` (or, with --profile, the same under search_profile_server.py)."""
+    """`python -m app serve` (or, with --profile, the same under search_profile_server.py),
+    keeping `query_cache` query vectors (0: every search embeds its query)."""
     env = dict(os.environ)
     env.update(
         {
@@ -1230,6 +1248,7 @@ def start_server(
             "ENGRAM_HOST": "127.0.0.1",
             "ENGRAM_EMBEDDER": "local",
             "ENGRAM_AUTH_ENABLED": "false",
+            "ENGRAM_SEARCH_QUERY_CACHE_SIZE": str(query_cache),
             "ENGRAM_DATA_DIR": str(tmp / "engram-data"),
             "ENGRAM_MODEL_CACHE_DIR": str(ing.model_cache_dir()),
             "HF_HUB_OFFLINE": "1",
@@ -1748,14 +1767,52 @@ def report(res: dict[str, Any]) -> str:
                 out.append(s["measure"]["plan_text"][c][st])
                 out.append("")
 
+    repeated = [s for s in res["sizes"] if "http_lean_repeated" in s["measure"]]
+    if repeated:
+        out.append(f"Questions asked again (--query-cache {res['args']['query_cache']}), lean "
+                   "client, sequential: the query's vector from the cache")
+        rows = []
+        for s in repeated:
+            m = s["measure"]
+            floor = m["embed"]["p50"] + m["hnsw"]["p50"]
+            for c in CLASSES:
+                again, first = m["http_lean_repeated"][c], m["http_lean"][c]
+                rows.append([f"{s['seed']['rows']:,}", c.replace("_", " "),
+                             f"{again['p50']:.1f} / {again['p95']:.1f}",
+                             f"{first['p50']:.1f} / {first['p95']:.1f}",
+                             f"{again['p50'] / floor:.2f}x"])
+        out.append(table(["rows", "scope", "asked again p50/p95 ms",
+                          "the rounds p50/p95 ms (mixed)", "asked again p50 / floor"], rows))
+        for s in repeated:
+            out.append(f"  {s['seed']['rows']:,}: query vectors "
+                       + ", ".join(f"{k} {v:,.0f}"
+                                   for k, v in sorted(s["measure"]["query_vectors"].items())))
+        out.append("  With the cache on, a question's requests in the rounds after its first "
+                   "are hits too.")
+        out.append("")
+
     out.append("Goal check (p50 <= 1.5 x floor; p95 < 50 ms at 100k)")
     for g in res["goal"]:
         out.append("  " + g)
     return "\n".join(out)
 
 
+async def query_vector_counts(client: httpx.AsyncClient) -> dict[str, float]:
+    """engram_search_query_vectors_total by outcome, from the service's /metrics."""
+    text = (await client.get("/metrics")).text
+    counts = {}
+    for line in text.splitlines():
+        if line.startswith("engram_search_query_vectors_total{"):
+            outcome = line.split('outcome="', 1)[1].split('"', 1)[0]
+            counts[outcome] = float(line.rsplit(" ", 1)[1])
+    return counts
+
+
 def goal_lines(res: dict[str, Any]) -> list[str]:
     lines = []
+    if res["args"].get("query_cache"):
+        lines.append("NOT the goal's measurement: with --query-cache most of the rounds' "
+                     "requests took their vector from the cache (run without it)")
     for s in res["sizes"]:
         m = s["measure"]
         n = s["seed"]["rows"]
@@ -1887,6 +1944,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="print the candidate statements' generic plans (auto_explain, ANALYZE) of one "
         "query per class (last size)",
+    )
+    p.add_argument(
+        "--query-cache",
+        type=int,
+        default=0,
+        help="the service's ENGRAM_SEARCH_QUERY_CACHE_SIZE (default 0: every request embeds "
+        "its query, as a question asked for the first time; the rounds ask each question "
+        "six times). With a size, the measured questions are then asked again",
     )
     p.add_argument("--maintenance-work-mem", default="2GB")
     p.add_argument("--seed", type=int, default=20261121)

@@ -20,7 +20,7 @@ async def search_memories(body: SearchRequest, request: Request,
     resources = request.app.state.resources
     service = SearchService(
         repository=SearchRepository(await resources.search_reader(), caller.tenant_id),
-        embedder=resources.embedder,
+        embedder=resources.query_vectors.for_tenant(resources.embedder, caller.tenant_id),
         pipeline=resources.search_pipeline,
         limits=resources.search_limits,
     )

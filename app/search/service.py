@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol, cast
 
-from app.providers.embedder import Embedder
 from app.search.pipeline import SearchPipeline
+from app.search.query_vectors import QueryEmbedder
 from app.search.repository import (
     RetrievalLimits,
     RetrievedRow,
@@ -35,7 +35,7 @@ class CandidateSource(Protocol):
 @dataclass(frozen=True)
 class SearchService:
     repository: CandidateSource
-    embedder: Embedder
+    embedder: QueryEmbedder
     pipeline: SearchPipeline
     limits: RetrievalLimits
 

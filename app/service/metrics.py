@@ -98,6 +98,10 @@ EMBEDDING_SECONDS = Histogram("engram_embedding_call_seconds",
                               "Time of one HTTP call to the embeddings endpoint",
                               registry=REGISTRY,
                               buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+QUERY_VECTORS = Counter("engram_search_query_vectors_total",
+                        "Search queries' vectors by where they came from: hit (the cache of "
+                        "recent queries, ENGRAM_SEARCH_QUERY_CACHE_SIZE) or miss (embedded)",
+                        ["outcome"], registry=REGISTRY)
 EMBEDDED_RESTARTS = Counter("engram_embedded_postgres_restarts_total",
                             "Times the service found the embedded PostgreSQL stopped and "
                             "started it again, by outcome (ok, failed: tried again at the "

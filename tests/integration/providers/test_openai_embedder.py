@@ -610,3 +610,54 @@ async def test_a_search_whose_embedding_fails_is_a_problem_and_runs_no_vector_st
             assert [r["memory"]["id"] for r in ok.json()["results"]] == [created.json()["id"]]
     finally:
         await embedder.aclose()
+
+
+async def test_a_search_asked_again_reuses_its_query_vector_but_not_a_failure(
+    resources: Resources, server: FakeEmbeddingsServer
+) -> None:
+    """The same question asked again is answered without a call to the embeddings
+    endpoint (app/search/query_vectors.py), with the same results; a question whose
+    embedding failed is embedded again; another tenant's same question is its own."""
+    embedder = make_embedder(server.base_url)
+    res = dataclasses.replace(resources, embedder=embedder)
+    tenant, other = await create_tenant_key(res), await create_tenant_key(res)
+    query = {"query": "what does Alice like to drink"}
+
+    def query_calls() -> int:
+        return sum(r.body["input"] == [query["query"]] for r in server.requests)
+
+    try:
+        async with make_client(res, tenant.headers) as client:
+            created = await client.post("/v1/memories", json={"content": "Alice likes tea"})
+            assert created.status_code == 201, created.text
+            hits = sample("engram_search_query_vectors_total", outcome="hit")
+
+            first = await client.post("/v1/search", json=query)
+            again = await client.post("/v1/search", json=query)
+
+            assert first.status_code == again.status_code == 200, (first.text, again.text)
+            for answer in (first, again):
+                (only,) = answer.json()["results"]
+                assert only["memory"] == created.json()
+            # Equal but for the recency term, which moves with the clock.
+            assert again.json()["results"][0]["score"] == pytest.approx(
+                first.json()["results"][0]["score"], abs=1e-6)
+            assert query_calls() == 1
+            assert sample("engram_search_query_vectors_total", outcome="hit") == hits + 1
+
+            server.default = Fail(500)
+            failed = await client.post("/v1/search", json={"query": "and to eat"})
+            assert failed.status_code == 502, failed.text
+            calls = len(server.requests)
+            server.default = Succeed()
+            retried = await client.post("/v1/search", json={"query": "and to eat"})
+            assert retried.status_code == 200, retried.text
+            assert len(server.requests) == calls + 1
+
+        async with make_client(res, other.headers) as other_client:
+            theirs = await other_client.post("/v1/search", json=query)
+            assert theirs.status_code == 200, theirs.text
+            assert theirs.json()["results"] == []
+            assert query_calls() == 2
+    finally:
+        await embedder.aclose()

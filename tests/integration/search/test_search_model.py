@@ -21,7 +21,7 @@ from sqlalchemy import text
 from app.ids import uuid7
 from app.resources import Resources
 from app.settings import LOCAL_MODEL_MIN_SIMILARITY
-from tests.conftest import TenantKey, create_tenant_key, local_model, make_client
+from tests.conftest import TenantKey, create_tenant_key, local_model, make_client, sample
 
 pytestmark = pytest.mark.model
 
@@ -259,6 +259,43 @@ async def test_the_floor_keeps_related_rows_and_says_why(
             assert r["explanation"]["fusion"]["vector_similarity"] >= 0.25
         else:
             assert r["explanation"]["fusion"]["text_rank"] is not None
+
+
+# --- a question asked again ----------------------------------------------------------------
+
+
+class RefusingEmbedder:
+    """Of the model's vector space, and never embeds: a cache miss fails the test."""
+
+    def __init__(self, vector_space: str) -> None:
+        self.vector_space = vector_space
+
+    async def embed_query(self, text: str) -> list[float]:
+        raise AssertionError(f"{text!r} was embedded again")
+
+
+async def test_a_question_asked_again_is_answered_from_the_model_s_remembered_vector(
+    model_client: httpx.AsyncClient, model_resources: Resources, corpus: Corpus,
+) -> None:
+    question = "Which hotel did Alice book for her stay?"
+    hits = sample("engram_search_query_vectors_total", outcome="hit")
+    misses = sample("engram_search_query_vectors_total", outcome="miss")
+
+    first = await search(model_client, question)
+    again = await search(model_client, question)
+
+    assert ranking(corpus, first)[0] == "hotel", ranking(corpus, first)
+    assert ranking(corpus, again) == ranking(corpus, first)
+    # Equal but for the recency term, which moves with the clock.
+    assert [r["score"] for r in again["results"]] == pytest.approx(
+        [r["score"] for r in first["results"]], abs=1e-6)
+    assert sample("engram_search_query_vectors_total", outcome="hit") == hits + 1
+    assert sample("engram_search_query_vectors_total", outcome="miss") == misses + 1
+    remembered = await model_resources.query_vectors.vector(
+        RefusingEmbedder(model_resources.embedder.vector_space), corpus.tenant.tenant_id,
+        question)
+    fresh = await model_resources.embedder.embed_query(question)
+    assert max(abs(a - b) for a, b in zip(remembered, fresh, strict=True)) < 1e-6
 
 
 # --- scope filters never leak ----------------------------------------------------------------
