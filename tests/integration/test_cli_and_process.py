@@ -726,6 +726,32 @@ async def exit_status(service: Service, seconds: float) -> int:
     return await asyncio.to_thread(service.process.wait, seconds)
 
 
+@asynccontextmanager
+async def write_waiting_for_a_lock(
+    start_service: Callable[..., Service], resources: Resources, database_url: str,
+    content: str,
+) -> AsyncIterator[tuple[Service, asyncpg.Connection, asyncio.Task[httpx.Response]]]:
+    """A service (1 s of shutdown grace) whose POST /v1/memories of `content` waits for
+    the lock the yielded connection holds on `memories` until the block ends; the request's
+    answer is in the task once the block has ended."""
+    service = start_service(1, ENGRAM_DATABASE_URL=database_url,
+                            ENGRAM_SHUTDOWN_GRACE_SECONDS="1")
+    service.wait_ready()
+    async with httpx.AsyncClient(base_url=service.base_url, timeout=60) as client:
+        async with memories_locked(resources) as conn:
+            pending = asyncio.create_task(client.post("/v1/memories", json={"content": content}))
+            await wait_for_a_write_waiting(conn, service, pending)
+            yield service, conn, pending
+        await asyncio.wait([pending])
+
+
+async def memories_holding(resources: Resources, content: str) -> int:
+    async with resources.engine.connect() as db:
+        count = await db.scalar(text("SELECT count(*) FROM memories WHERE content = :c"),
+                                {"c": content})
+    return int(count or 0)
+
+
 async def test_sigterm_lets_a_request_in_flight_finish_before_shutting_down(
     start_service: Callable[..., Service], resources: Resources, database_url: str,
 ) -> None:
@@ -753,22 +779,15 @@ async def test_sigterm_lets_a_request_in_flight_finish_before_shutting_down(
 async def test_sigterm_cuts_a_request_past_the_grace_and_rolls_it_back(
     start_service: Callable[..., Service], resources: Resources, database_url: str,
 ) -> None:
-    service = start_service(1, ENGRAM_DATABASE_URL=database_url,
-                            ENGRAM_SHUTDOWN_GRACE_SECONDS="1")
-    service.wait_ready()
     content = f"cut while stopping {uuid.uuid4()}"
-    async with httpx.AsyncClient(base_url=service.base_url, timeout=60) as client:
-        async with memories_locked(resources) as conn:
-            pending = asyncio.create_task(client.post("/v1/memories", json={"content": content}))
-            await wait_for_a_write_waiting(conn, service, pending)
-            service.process.send_signal(signal.SIGTERM)
-            # Ends while the lock is still held: the request was cut, not waited for.
-            status = await exit_status(service, 30)
-        cut = await pending
+    async with write_waiting_for_a_lock(start_service, resources, database_url,
+                                        content) as (service, _, pending):
+        service.process.send_signal(signal.SIGTERM)
+        # Ends while the lock is still held: the request was cut, not waited for.
+        status = await exit_status(service, 30)
+    cut = pending.result()
 
-    async with resources.engine.connect() as db:
-        written = await db.scalar(text("SELECT count(*) FROM memories WHERE content = :c"),
-                                  {"c": content})
+    written = await memories_holding(resources, content)
     assert status in (0, -signal.SIGTERM), service.log
     assert cut.status_code == 503, cut.text
     assert cut.headers["content-type"].startswith("application/problem+json")
@@ -812,26 +831,19 @@ async def test_a_request_cut_by_the_shutdown_answers_though_its_database_lets_go
     waits for the database; the process used to end first, and the client saw its
     connection closed without an answer. The shutdown now waits for it to answer (for at
     most CUT_ANSWER_SECONDS: tests/unit/test_shutdown_cut.py)."""
-    service = start_service(1, ENGRAM_DATABASE_URL=database_url,
-                            ENGRAM_SHUTDOWN_GRACE_SECONDS="1")
-    service.wait_ready()
     content = f"cut while its backend is frozen {uuid.uuid4()}"
-    async with httpx.AsyncClient(base_url=service.base_url, timeout=60) as client:
-        async with memories_locked(resources) as conn:
-            pending = asyncio.create_task(client.post("/v1/memories", json={"content": content}))
-            await wait_for_a_write_waiting(conn, service, pending)
-            (write,) = await lock_waiters(conn)
-            with backends_stopped([write]):
-                service.process.send_signal(signal.SIGTERM)
-                await asyncio.sleep(2.5)  # the grace (1 s) is over: the write was cut
-                assert service.process.poll() is None, service.log
-                assert not pending.done()
-            status = await exit_status(service, 30)
-        cut = await pending
+    async with write_waiting_for_a_lock(start_service, resources, database_url,
+                                        content) as (service, conn, pending):
+        (write,) = await lock_waiters(conn)
+        with backends_stopped([write]):
+            service.process.send_signal(signal.SIGTERM)
+            await asyncio.sleep(2.5)  # the grace (1 s) is over: the write was cut
+            assert service.process.poll() is None, service.log
+            assert not pending.done()
+        status = await exit_status(service, 30)
+    cut = pending.result()
 
-    async with resources.engine.connect() as db:
-        written = await db.scalar(text("SELECT count(*) FROM memories WHERE content = :c"),
-                                  {"c": content})
+    written = await memories_holding(resources, content)
     assert status in (0, -signal.SIGTERM), service.log
     assert cut.status_code == 503, cut.text
     assert cut.headers["retry-after"] == "1"
@@ -887,9 +899,7 @@ async def test_sigterm_cutting_a_commit_says_the_outcome_is_unknown(
         service.process.send_signal(signal.SIGTERM)
         status = await exit_status(service, 30)
         cut = await pending
-    async with resources.engine.connect() as db:
-        written = await db.scalar(text("SELECT count(*) FROM memories WHERE content = :c"),
-                                  {"c": content})
+    written = await memories_holding(resources, content)
 
     assert status in (0, -signal.SIGTERM), service.log
     assert cut.status_code == 503, cut.text
