@@ -6,10 +6,11 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import signal
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -276,3 +277,25 @@ async def memories_locked(resources: Resources) -> AsyncIterator[asyncpg.Connect
             yield conn
     finally:
         await conn.close()
+
+
+async def lock_waiters(conn: asyncpg.Connection, application_name: str = "engram%") -> list[int]:
+    """The pids of the service's backends (`application_name` LIKE this) waiting for a
+    lock, such as `memories_locked`'s."""
+    await conn.execute("SELECT pg_stat_clear_snapshot()")
+    return [row[0] for row in await conn.fetch(
+        "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+        "AND application_name LIKE $1", application_name)]
+
+
+@contextmanager
+def backends_frozen(pids: list[int]) -> Iterator[None]:
+    """The backends stopped (SIGSTOP) until the block ends: a database that does not
+    answer, not even the cancel of a statement, while its connections stay open."""
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)

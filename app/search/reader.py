@@ -37,6 +37,14 @@ log = logging.getLogger("engram.search")
 _STALE = (asyncpg.PostgresConnectionError, asyncpg.AdminShutdownError, ConnectionError,
           asyncpg.InternalClientError)
 
+# A statement cancelled mid-way (the shutdown cut its request) leaves its connection
+# waiting for the server to answer the cancel; asyncpg's release and pool close wait for
+# that without end, so a backend that never answers held the request, and then the
+# shutdown, for good. Past these bounds the connection is thrown away instead (as
+# SQLAlchemy's asyncpg driver gives a cancelled connection 2 s).
+RELEASE_SECONDS = 2.0
+CLOSE_SECONDS = 5.0
+
 
 def search_server_settings(settings: Settings) -> dict[str, str]:
     return {
@@ -117,8 +125,22 @@ class SearchReader:
             connection.terminate()
             raise statement_timed_out(self._statement_seconds) from exc
         finally:
-            await self._pool.release(connection)
+            await self._give_back(connection)
         return rows
 
+    async def _give_back(self, connection: Any) -> None:
+        try:
+            await self._pool.release(connection, timeout=RELEASE_SECONDS)
+        except TimeoutError:
+            # asyncpg has terminated it; what the request was doing (a cut, an error)
+            # goes on unwinding as it was.
+            log.warning("a read connection did not answer the cancel of its statement "
+                        "within %.0f s; closed", RELEASE_SECONDS)
+
     async def close(self) -> None:
-        await self._pool.close()
+        try:
+            await asyncio.wait_for(self._pool.close(), CLOSE_SECONDS)
+        except TimeoutError:
+            log.warning("read connections still in use after %.1f s; closed",
+                        CLOSE_SECONDS)
+            self._pool.terminate()

@@ -15,7 +15,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +28,14 @@ from sqlalchemy import text
 from app.db import asyncpg_dsn
 from app.migrate import head_revision
 from app.resources import Resources
-from tests.conftest import backends_where, make_client, memories_locked
+from app.search.reader import RELEASE_SECONDS
+from tests.conftest import (
+    backends_frozen,
+    backends_where,
+    lock_waiters,
+    make_client,
+    memories_locked,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -727,19 +734,19 @@ async def exit_status(service: Service, seconds: float) -> int:
 
 
 @asynccontextmanager
-async def write_waiting_for_a_lock(
+async def request_waiting_for_a_lock(
     start_service: Callable[..., Service], resources: Resources, database_url: str,
-    content: str,
+    path: str, body: dict[str, object],
 ) -> AsyncIterator[tuple[Service, asyncpg.Connection, asyncio.Task[httpx.Response]]]:
-    """A service (1 s of shutdown grace) whose POST /v1/memories of `content` waits for
-    the lock the yielded connection holds on `memories` until the block ends; the request's
-    answer is in the task once the block has ended."""
+    """A service (1 s of shutdown grace) whose POST of `body` to `path` waits for the lock
+    the yielded connection holds on `memories` until the block ends; the request's answer
+    is in the task once the block has ended."""
     service = start_service(1, ENGRAM_DATABASE_URL=database_url,
                             ENGRAM_SHUTDOWN_GRACE_SECONDS="1")
     service.wait_ready()
     async with httpx.AsyncClient(base_url=service.base_url, timeout=60) as client:
         async with memories_locked(resources) as conn:
-            pending = asyncio.create_task(client.post("/v1/memories", json={"content": content}))
+            pending = asyncio.create_task(client.post(path, json=body))
             await wait_for_a_write_waiting(conn, service, pending)
             yield service, conn, pending
         await asyncio.wait([pending])
@@ -780,8 +787,9 @@ async def test_sigterm_cuts_a_request_past_the_grace_and_rolls_it_back(
     start_service: Callable[..., Service], resources: Resources, database_url: str,
 ) -> None:
     content = f"cut while stopping {uuid.uuid4()}"
-    async with write_waiting_for_a_lock(start_service, resources, database_url,
-                                        content) as (service, _, pending):
+    async with request_waiting_for_a_lock(start_service, resources, database_url,
+                                          "/v1/memories", {"content": content}
+                                          ) as (service, _, pending):
         service.process.send_signal(signal.SIGTERM)
         # Ends while the lock is still held: the request was cut, not waited for.
         status = await exit_status(service, 30)
@@ -802,27 +810,6 @@ async def test_sigterm_cuts_a_request_past_the_grace_and_rolls_it_back(
 
 
 
-async def lock_waiters(conn: asyncpg.Connection) -> list[int]:
-    """The service's backends waiting for a lock, by pid."""
-    await conn.execute("SELECT pg_stat_clear_snapshot()")
-    return [row[0] for row in await conn.fetch(
-        "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-        "AND application_name LIKE 'engram%'")]
-
-
-@contextmanager
-def backends_stopped(pids: list[int]) -> Iterator[None]:
-    """The backends frozen (SIGSTOP) until the block ends: a database that is slow to
-    answer the cancel of a statement and give the connection back."""
-    for pid in pids:
-        os.kill(pid, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        for pid in pids:
-            os.kill(pid, signal.SIGCONT)
-
-
 async def test_a_request_cut_by_the_shutdown_answers_though_its_database_lets_go_late(
     start_service: Callable[..., Service], resources: Resources, database_url: str,
 ) -> None:
@@ -832,10 +819,11 @@ async def test_a_request_cut_by_the_shutdown_answers_though_its_database_lets_go
     connection closed without an answer. The shutdown now waits for it to answer (for at
     most CUT_ANSWER_SECONDS: tests/unit/test_shutdown_cut.py)."""
     content = f"cut while its backend is frozen {uuid.uuid4()}"
-    async with write_waiting_for_a_lock(start_service, resources, database_url,
-                                        content) as (service, conn, pending):
+    async with request_waiting_for_a_lock(start_service, resources, database_url,
+                                          "/v1/memories", {"content": content}
+                                          ) as (service, conn, pending):
         (write,) = await lock_waiters(conn)
-        with backends_stopped([write]):
+        with backends_frozen([write]):
             service.process.send_signal(signal.SIGTERM)
             await asyncio.sleep(2.5)  # the grace (1 s) is over: the write was cut
             assert service.process.poll() is None, service.log
@@ -853,6 +841,35 @@ async def test_a_request_cut_by_the_shutdown_answers_though_its_database_lets_go
     assert "Application shutdown complete" in service.log
     assert "Traceback" not in service.log, service.log
     assert written == 0
+
+
+async def test_a_search_cut_while_its_database_never_answers_still_lets_the_service_stop(
+    start_service: Callable[..., Service], resources: Resources, database_url: str,
+) -> None:
+    """A cut search's connection waits for the server to answer the cancel of its
+    statement; asyncpg waited for that without end, holding the request and then the
+    close of the search's pool, so the service never stopped. Now the connection is given
+    up after RELEASE_SECONDS, the search answers, and the service stops."""
+    async with request_waiting_for_a_lock(start_service, resources, database_url,
+                                          "/v1/search", {"query": "who keeps bees"}
+                                          ) as (service, conn, pending):
+        (search,) = await lock_waiters(conn, "engram-search")
+        with backends_frozen([search]):
+            service.process.send_signal(signal.SIGTERM)
+            started = time.monotonic()
+            status = await exit_status(service, 30)
+            took = time.monotonic() - started
+    cut = pending.result()
+
+    assert status in (0, -signal.SIGTERM), service.log
+    # The grace (1 s), the connection given up, the rest of the shutdown.
+    assert took < 1 + RELEASE_SECONDS + 3, (took, service.log)
+    assert cut.status_code == 503, cut.text
+    assert cut.json()["type"].endswith("/shutting_down")
+    assert "did not answer the cancel of its statement within 2 s; closed" in service.log
+    assert "POST /v1/search cut by the shutdown before it finished" in service.log
+    assert "did not answer within" not in service.log
+    assert "Application shutdown complete" in service.log
 
 
 @asynccontextmanager

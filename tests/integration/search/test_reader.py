@@ -1,14 +1,20 @@
 """The search's own asyncpg pool (the API key lookup's too) and the memory reads' pool:
-the session their statements run in, and their recovery when the server drops their
-connections."""
+the session their statements run in, their recovery when the server drops their
+connections, and bounded waits when a backend stops answering."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import httpx
+import pytest
 from sqlalchemy import text
 
 from app.resources import Resources
-from tests.conftest import TenantKey
+from app.search import reader as reader_module
+from app.search.reader import RELEASE_SECONDS, SearchReader
+from tests.conftest import TenantKey, backends_frozen, lock_waiters, memories_locked
 
 
 async def test_search_connections_start_with_the_plan_settings(resources: Resources) -> None:
@@ -99,3 +105,56 @@ async def test_memory_reads_after_the_server_dropped_their_pools_connections_sti
     assert got.json() == created.json()
     assert listed.status_code == 200, listed.text
     assert [m["id"] for m in listed.json()["items"]] == [memory_id]
+
+
+async def waiting_search_backend(conn: object, reader_name: str = "engram-search") -> int:
+    for _ in range(250):
+        pids = await lock_waiters(conn, reader_name)  # type: ignore[arg-type]
+        if pids:
+            (pid,) = pids
+            return pid
+        await asyncio.sleep(0.02)
+    raise AssertionError("the statement never waited for the lock")
+
+
+async def test_a_statement_cut_while_its_backend_never_answers_gives_its_connection_up(
+    resources: Resources,
+) -> None:
+    """A search cut by the shutdown leaves its connection waiting for the server to answer
+    the cancel. asyncpg's release waited for that without end, so a backend that never
+    answered held the request, and then the pool's close, for good: now the connection
+    is thrown away after RELEASE_SECONDS and the pool closes at once."""
+    reader = await SearchReader.open(resources.engine, resources.settings)
+    try:
+        async with memories_locked(resources) as lock:
+            statement = asyncio.create_task(reader.fetch("SELECT count(*) FROM memories"))
+            backend = await waiting_search_backend(lock)
+            with backends_frozen([backend]):
+                statement.cancel()
+                started = time.monotonic()
+                done, _ = await asyncio.wait([statement], timeout=RELEASE_SECONDS + 5)
+                gave_up_after = time.monotonic() - started
+                assert done == {statement}, "still waiting for the frozen backend"
+                assert statement.cancelled()  # the cut goes on unwinding as it was
+                started = time.monotonic()
+                await reader.close()
+                closed_in = time.monotonic() - started
+    finally:
+        await reader.close()
+
+    assert RELEASE_SECONDS - 0.2 <= gave_up_after < RELEASE_SECONDS + 2
+    assert closed_in < 1
+
+
+async def test_closing_a_pool_whose_connection_is_never_given_back_is_bounded(
+    resources: Resources, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setattr(reader_module, "CLOSE_SECONDS", 0.5)
+    reader = await SearchReader.open(resources.engine, resources.settings)
+    await reader._pool.acquire()  # never released: what a stuck statement does
+
+    started = time.monotonic()
+    await asyncio.wait_for(reader.close(), 10)
+
+    assert time.monotonic() - started < 2
+    assert "read connections still in use after 0.5 s; closed" in caplog.text
