@@ -26,6 +26,8 @@ from app.tenants.rate_limit import RateLimit, TenantRateLimiter
 
 log = logging.getLogger("engram")
 
+DISPOSE_SECONDS = 5.0
+
 
 @dataclass
 class Resources:
@@ -88,10 +90,17 @@ class Resources:
         close_llm = getattr(self.llm, "aclose", None)
         if close_llm is not None:
             await close_llm()
-        for pool in (self.reader, self.reads):
-            if pool is not None:
-                await pool.close()
-        await self.engine.dispose()
+        # Each bounded, so a database that stopped answering (its connections open, its
+        # backends silent) cannot hold the process up: the read pools by
+        # SearchReader.close, side by side; the engine's idle connections here, where
+        # asyncpg's close of each waited its command timeout (35 s), one after another.
+        await asyncio.gather(*(pool.close() for pool in (self.reader, self.reads)
+                               if pool is not None))
+        try:
+            await asyncio.wait_for(self.engine.dispose(), DISPOSE_SECONDS)
+        except TimeoutError:
+            log.warning("the database's connections did not close within %.0f s; they "
+                        "end with the process", DISPOSE_SECONDS)
         if self.embedded is not None:
             await asyncio.to_thread(self.embedded.stop)
 

@@ -872,6 +872,39 @@ async def test_a_search_cut_while_its_database_never_answers_still_lets_the_serv
     assert "Application shutdown complete" in service.log
 
 
+async def test_a_service_whose_database_stopped_answering_still_stops(
+    start_service: Callable[..., Service], resources: Resources, database_url: str,
+) -> None:
+    """Every backend of the service frozen (connections open, nothing answered: hung
+    storage, a frozen host). Closing the pools' idle connections waited for answers that
+    never came (the engine's, 35 s each, one after another): the service did not stop
+    within a minute. Each close is bounded now."""
+    service = start_service(1, ENGRAM_DATABASE_URL=database_url,
+                            ENGRAM_SHUTDOWN_GRACE_SECONDS="1")
+    service.wait_ready()
+    conn = await asyncpg.connect(asyncpg_dsn(resources.engine))
+    try:
+        await conn.fetchval("SELECT pg_stat_clear_snapshot()")
+        backends = [row[0] for row in await conn.fetch(
+            "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'engram%' "
+            "AND pid <> pg_backend_pid()")]
+        assert backends
+        with backends_frozen(backends):
+            service.process.send_signal(signal.SIGTERM)
+            started = time.monotonic()
+            status = await exit_status(service, 40)
+            took = time.monotonic() - started
+    finally:
+        await conn.close()
+
+    assert status in (0, -signal.SIGTERM), service.log
+    # The workers' and the background tasks' own bounds (2 s each), then the read pools'
+    # (side by side) and the engine's, 5 s each.
+    assert took < 20, (took, service.log)
+    assert "read connections still in use after 5.0 s; closed" in service.log
+    assert "Application shutdown complete" in service.log
+
+
 @asynccontextmanager
 async def commits_held(resources: Resources) -> AsyncIterator[asyncpg.Connection]:
     """Every COMMIT of a change waits (for a synchronous standby that never comes) until
