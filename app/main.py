@@ -113,10 +113,12 @@ def create_app(settings: Settings | None = None, resources: Resources | None = N
         app.include_router(router, dependencies=[Depends(refuse_repeated_params)])
     # Innermost: the metrics count, and the request id marks, a request the shutdown cut
     # and one refused for want of a slot, or for a body past the bound (refused by its
-    # length before it takes a slot).
-    app.add_middleware(ShutdownCutMiddleware, in_flight=in_flight)
+    # length before it takes a slot). The shutdown's layer is outside the admission's, so
+    # a request still waiting for a slot when the shutdown cuts it is answered too (it
+    # got uvicorn's bare 500 and a traceback).
     app.add_middleware(AdmissionMiddleware, limit=settings.max_concurrent_requests,
                        wait_seconds=settings.request_queue_seconds)
+    app.add_middleware(ShutdownCutMiddleware, in_flight=in_flight)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_mb * 2**20)
     app.add_middleware(MetricsMiddleware)
     app.add_middleware(RequestIdMiddleware)

@@ -736,13 +736,13 @@ async def exit_status(service: Service, seconds: float) -> int:
 @asynccontextmanager
 async def request_waiting_for_a_lock(
     start_service: Callable[..., Service], resources: Resources, database_url: str,
-    path: str, body: dict[str, object],
+    path: str, body: dict[str, object], **settings: str,
 ) -> AsyncIterator[tuple[Service, asyncpg.Connection, asyncio.Task[httpx.Response]]]:
-    """A service (1 s of shutdown grace) whose POST of `body` to `path` waits for the lock
-    the yielded connection holds on `memories` until the block ends; the request's answer
-    is in the task once the block has ended."""
+    """A service (1 s of shutdown grace, and `settings`) whose POST of `body` to `path`
+    waits for the lock the yielded connection holds on `memories` until the block ends;
+    the request's answer is in the task once the block has ended."""
     service = start_service(1, ENGRAM_DATABASE_URL=database_url,
-                            ENGRAM_SHUTDOWN_GRACE_SECONDS="1")
+                            ENGRAM_SHUTDOWN_GRACE_SECONDS="1", **settings)
     service.wait_ready()
     async with httpx.AsyncClient(base_url=service.base_url, timeout=60) as client:
         async with memories_locked(resources) as conn:
@@ -841,6 +841,41 @@ async def test_a_request_cut_by_the_shutdown_answers_though_its_database_lets_go
     assert "Application shutdown complete" in service.log
     assert "Traceback" not in service.log, service.log
     assert written == 0
+
+
+async def test_a_request_still_waiting_for_a_slot_when_the_shutdown_cuts_it_is_answered(
+    start_service: Callable[..., Service], resources: Resources, database_url: str,
+) -> None:
+    """One request in flight (the limit), a second one queued for its slot; both cut. The
+    queued one got uvicorn's bare text 500 and a traceback: the layer that answers a cut
+    sat inside the admission's."""
+    async with request_waiting_for_a_lock(
+        start_service, resources, database_url, "/v1/memories",
+        {"content": f"in flight {uuid.uuid4()}"},
+        ENGRAM_MAX_CONCURRENT_REQUESTS="1", ENGRAM_REQUEST_QUEUE_SECONDS="30",
+    ) as (service, _, first), httpx.AsyncClient(base_url=service.base_url,
+                                                timeout=60) as client:
+        second = asyncio.create_task(client.post(
+            "/v1/memories", json={"content": f"queued {uuid.uuid4()}"}))
+        for _ in range(200):
+            scraped = (await client.get("/metrics")).text
+            if metric(scraped, "engram_http_requests_queued") == 1:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the second request never queued")
+        service.process.send_signal(signal.SIGTERM)
+        status = await exit_status(service, 30)
+        await asyncio.wait([second])
+
+    assert status in (0, -signal.SIGTERM), service.log
+    for cut in (first.result(), second.result()):
+        assert cut.status_code == 503, cut.text
+        assert cut.headers["content-type"].startswith("application/problem+json")
+        assert cut.json()["type"].endswith("/shutting_down")
+    assert service.log.count("POST /v1/memories cut by the shutdown before it finished") == 2
+    assert "Exception in ASGI application" not in service.log, service.log
+    assert "Traceback" not in service.log, service.log
 
 
 async def test_a_search_cut_while_its_database_never_answers_still_lets_the_service_stop(
