@@ -109,7 +109,8 @@ def create_app(settings: Settings | None = None, resources: Resources | None = N
         app.state.resources = resources
     install_error_handlers(app)
     app.include_router(service_router)
-    for router in (memories_router, search_router, consolidation_router, sessions_router):
+    api_routers = (memories_router, search_router, consolidation_router, sessions_router)
+    for router in api_routers:
         app.include_router(router, dependencies=[Depends(refuse_repeated_params)])
     # Innermost: the metrics count, and the request id marks, a request the shutdown cut
     # and one refused for want of a slot, or for a body past the bound (refused by its
@@ -120,7 +121,8 @@ def create_app(settings: Settings | None = None, resources: Resources | None = N
                        wait_seconds=settings.request_queue_seconds)
     app.add_middleware(ShutdownCutMiddleware, in_flight=in_flight)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_mb * 2**20)
-    app.add_middleware(MetricsMiddleware)
+    app.add_middleware(MetricsMiddleware, routes=[
+        route for router in (service_router, *api_routers) for route in router.routes])
     app.add_middleware(RequestIdMiddleware)
     _declare_problem_schema(app)
     return app

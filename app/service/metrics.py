@@ -9,6 +9,7 @@ Every metric is this process's (one per replica); Prometheus sums them across re
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from prometheus_client import (
@@ -22,6 +23,7 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -120,10 +122,23 @@ def render_metrics() -> tuple[bytes, str]:
 
 
 class MetricsMiddleware:
-    """Pure ASGI (no BaseHTTPMiddleware): it must not cost the hot path a task per request."""
+    """Pure ASGI (no BaseHTTPMiddleware): it must not cost the hot path a task per request.
 
-    def __init__(self, app: ASGIApp) -> None:
+    `routes`: the app's routes, to label a request refused before routing (its body too
+    large, no slot for it, cut by the shutdown while it waited for one) by the route it
+    was sent to rather than as `unmatched`. Only such requests pay for the match: a routed
+    one carries its route in the scope."""
+
+    def __init__(self, app: ASGIApp, *, routes: Sequence[BaseRoute] = ()) -> None:
         self.app = app
+        self.routes = routes
+
+    def _route_of(self, scope: Scope) -> BaseRoute | None:
+        for route in self.routes:
+            match, _ = route.matches(scope)
+            if match is Match.FULL:
+                return route
+        return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -141,8 +156,8 @@ class MetricsMiddleware:
         try:
             await self.app(scope, receive, send_wrapper)
         finally:
-            route: Any = scope.get("route")
             # The route template, not the raw path, so ids do not explode label cardinality.
+            route: Any = scope.get("route") or self._route_of(scope)
             name = getattr(route, "path", "unmatched")
             method = scope["method"]
             REQUESTS.labels(method, name, str(status)).inc()

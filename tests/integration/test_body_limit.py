@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from app.resources import Resources
-from tests.conftest import TenantKey, count_memories, make_client, reconfigured
+from tests.conftest import TenantKey, count_memories, make_client, reconfigured, sample
 
 MIB = 2**20
 
@@ -35,9 +35,13 @@ async def test_a_body_over_the_bound_is_413_problem_and_writes_nothing(
     client, res = limited
     body = batch_of(2 * MIB)
     assert len(body) > MIB
+    labels = {"method": "POST", "route": "/v1/memories/batch", "status": "413"}
+    counted = sample("engram_http_requests_total", **labels)
     resp = await client.post("/v1/memories/batch", content=body,
                              headers={"Content-Type": "application/json"})
     assert resp.status_code == 413, resp.text
+    # Refused before routing, and still counted under the route it was sent to.
+    assert sample("engram_http_requests_total", **labels) == counted + 1
     assert resp.headers["content-type"] == "application/problem+json"
     problem = resp.json()
     assert problem["type"].endswith("/payload_too_large")

@@ -10,7 +10,14 @@ from collections.abc import AsyncIterator
 import pytest
 
 from app.resources import Resources
-from tests.conftest import TenantKey, backends_where, make_client, memories_locked, reconfigured
+from tests.conftest import (
+    TenantKey,
+    backends_where,
+    make_client,
+    memories_locked,
+    reconfigured,
+    sample,
+)
 
 
 @pytest.fixture
@@ -23,6 +30,8 @@ async def one_slot(resources: Resources, database_url: str) -> AsyncIterator[Res
 async def test_a_request_past_the_bound_is_refused_while_one_is_stuck(
     one_slot: Resources, tenant: TenantKey,
 ) -> None:
+    labels = {"method": "POST", "route": "/v1/memories", "status": "503"}
+    counted = sample("engram_http_requests_total", **labels)
     async with make_client(one_slot, tenant.headers) as client:
         async with memories_locked(one_slot) as lock:
             stuck = asyncio.create_task(
@@ -43,5 +52,7 @@ async def test_a_request_past_the_bound_is_refused_while_one_is_stuck(
     assert problem["type"].endswith("/overloaded")
     assert problem["request_id"] == refused.headers["x-request-id"]
     assert ready.status_code == 200
+    # Refused before routing, and still counted under the route it was sent to.
+    assert sample("engram_http_requests_total", **labels) == counted + 1
     assert written.status_code == 201, written.text
     assert [m["content"] for m in listed.json()["items"]] == ["written after a wait"]
