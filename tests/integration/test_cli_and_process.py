@@ -809,7 +809,6 @@ async def test_sigterm_cuts_a_request_past_the_grace_and_rolls_it_back(
     assert written == 0
 
 
-
 async def test_a_request_cut_by_the_shutdown_answers_though_its_database_lets_go_late(
     start_service: Callable[..., Service], resources: Resources, database_url: str,
 ) -> None:
