@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import asyncpg
 import httpx
 import pytest
 from sqlalchemy import text
@@ -107,9 +108,10 @@ async def test_memory_reads_after_the_server_dropped_their_pools_connections_sti
     assert [m["id"] for m in listed.json()["items"]] == [memory_id]
 
 
-async def waiting_search_backend(conn: object, reader_name: str = "engram-search") -> int:
+async def waiting_search_backend(conn: asyncpg.Connection) -> int:
+    """The pid of the search pool's backend once it waits for `conn`'s lock."""
     for _ in range(250):
-        pids = await lock_waiters(conn, reader_name)  # type: ignore[arg-type]
+        pids = await lock_waiters(conn, "engram-search")
         if pids:
             (pid,) = pids
             return pid
