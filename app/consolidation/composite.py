@@ -7,12 +7,13 @@ touches the database: the service writes each outcome in its own transaction.
 
 import asyncio
 import logging
+from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from app.consolidation.ops.base import Op, OpError
 from app.consolidation.selectors.base import Selector
-from app.consolidation.types import Entry, Group, OpContext, OpResult
+from app.consolidation.types import Entry, Group, OpContext, OpResult, Scope
 from app.providers.llm import LLMError
 
 log = logging.getLogger("engram.consolidation")
@@ -48,12 +49,22 @@ class Composite:
         return self.op.requires_llm
 
     def plan(self, entries: Sequence[Entry]) -> list[Group]:
-        """The selector's groups: a dry run is this and nothing more.
+        """The selector's groups, scope by scope: a dry run is this and nothing more.
+
+        The selector sees one scope's entries at a time (see `Scope`), whatever the run
+        was asked for: a run over a category or a tag spans every user holding it, and a
+        run over a user spans that user's sessions and namespaces. Groups come scope by
+        scope (no scope first), each scope's in the selector's order.
 
         Synchronous and CPU-bound (similarity clustering is a matrix product); for a
         large scan run it in a thread (`asyncio.to_thread`).
         """
-        return self.selector.select(entries)
+        by_scope: dict[Scope, list[Entry]] = defaultdict(list)
+        for entry in entries:
+            by_scope[entry.scope].append(entry)
+        return [replace(group, scope=scope)
+                for scope in sorted(by_scope, key=_scope_order)
+                for group in self.selector.select(by_scope[scope])]
 
     async def summarize(
         self,
@@ -96,6 +107,10 @@ class Composite:
             log.error("consolidation op returned an invalid result: %s", problem)
             return GroupOutcome(group=group, error="op_invalid_result", error_detail=problem)
         return GroupOutcome(group=group, result=result)
+
+
+def _scope_order(scope: Scope) -> tuple[tuple[bool, str], ...]:
+    return tuple((value is not None, value or "") for value in scope)
 
 
 def _check(group: Group, result: OpResult, context: OpContext) -> str | None:

@@ -21,7 +21,11 @@ import asyncpg
 
 from app.consolidation.composite import GroupOutcome
 from app.consolidation.repository import GroupWriter, Snapshot, SourceState
-from app.consolidation.schemas import ConsolidationGroup, ConsolidationRequest
+from app.consolidation.schemas import (
+    ConsolidationGroup,
+    ConsolidationGroupScope,
+    ConsolidationRequest,
+)
 from app.consolidation.txn import RunTransactions
 from app.consolidation.types import Entry, Group, OpResult
 from app.errors import answer_lost
@@ -40,7 +44,9 @@ def planned_group(group: Group, mode: str, outcome: str) -> ConsolidationGroup:
     """A group as the plan has it: who is kept, who would be folded."""
     ids = [e.id for e in group.to_remove]
     return ConsolidationGroup(
-        category=group.category, kept_id=group.kept.id if group.kept else None,
+        category=group.category,
+        scope=ConsolidationGroupScope.model_validate(group.scope._asdict()),
+        kept_id=group.kept.id if group.kept else None,
         summary_id=None, removed_ids=ids if mode == "archive" else [], folded_ids=ids,
         mode=None, outcome=outcome,
     )
@@ -141,12 +147,11 @@ class GroupExecutor:
                 await self._count_done_locked()
                 return unwritten
         represented = list(result.represented_ids)
-        return ConsolidationGroup(
-            category=group.category, kept_id=group.kept.id if group.kept else None,
-            summary_id=summary_id,
-            removed_ids=represented if self.request.mode == "archive" else [],
-            folded_ids=represented, mode=result.mode, outcome="written", detail=result.detail,
-        )
+        return planned_group(group, self.request.mode, "written").model_copy(update={
+            "summary_id": summary_id,
+            "removed_ids": represented if self.request.mode == "archive" else [],
+            "folded_ids": represented, "mode": result.mode, "detail": result.detail,
+        })
 
     async def _write(self, group: Group, result: OpResult, vector: list[float]) -> uuid.UUID:
         represented = list(result.represented_ids)
@@ -180,11 +185,8 @@ class GroupExecutor:
                      vector: list[float]) -> dict[str, Any]:
         by_id = {e.id: e for e in group.to_remove}
         folded = [by_id[i] for i in result.represented_ids]
-        request = self.request
         return {
-            "id": summary_id, "content": result.summary,
-            "user_id": request.user_id, "agent_id": request.agent_id,
-            "session_id": request.session_id, "namespace": request.namespace,
+            "id": summary_id, "content": result.summary, **group.scope._asdict(),
             "category": group.category, "tags": common_tags(folded),
             "importance": self.resources.settings.consolidation_summary_importance,
             "metadata": common_metadata(folded), "source": "summary", "fact_role": "summary",

@@ -36,7 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
 from app.consolidation.schemas import ConsolidationRequest
-from app.consolidation.types import Entry
+from app.consolidation.types import Entry, Scope
 from app.memories.repository import live
 from app.models import ConsolidationRun, Memory
 from app.worker.queue import job_pending
@@ -142,7 +142,8 @@ class ConsolidationRepository:
         """The oldest `limit` matches, in a deterministic order, and how many more match."""
         columns: list[Any] = [Memory.id, Memory.content, Memory.category, Memory.importance,
                               Memory.created_at, Memory.updated_at, Memory.tags,
-                              Memory.fact_role, Memory.metadata_]
+                              Memory.fact_role, Memory.metadata_, Memory.user_id,
+                              Memory.agent_id, Memory.session_id, Memory.namespace]
         if with_embeddings:
             columns.append(Memory.embedding)
         preds = self.candidate_predicates(request)
@@ -156,7 +157,9 @@ class ConsolidationRepository:
             entries.append(Entry(id=row.id, content=row.content, category=row.category,
                                  importance=row.importance, created_at=row.created_at,
                                  embedding=embedding, tags=tuple(row.tags),
-                                 fact_role=row.fact_role, metadata=row.metadata_))
+                                 fact_role=row.fact_role, metadata=row.metadata_,
+                                 scope=Scope(row.user_id, row.agent_id, row.session_id,
+                                             row.namespace)))
             snapshots[row.id] = Snapshot(row.updated_at, content_digest(row.content))
         remainder = 0
         if len(rows) == limit:

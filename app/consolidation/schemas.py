@@ -104,8 +104,21 @@ class ConsolidationComposition(BaseModel):
     op: OpConfig
 
 
+class ConsolidationGroupScope(BaseModel):
+    user_id: str | None
+    agent_id: str | None
+    session_id: str | None
+    namespace: str | None
+
+
 class ConsolidationGroup(BaseModel):
     category: str
+    scope: ConsolidationGroupScope | None = Field(
+        default=None,
+        description="The user, agent, session and namespace every source of the group has "
+        "(null where none has one), and its summary is written in: a group never spans "
+        "two scopes. Null in runs recorded before this was kept.",
+    )
     kept_id: uuid.UUID | None
     summary_id: uuid.UUID | None = Field(description="The summary written; null until then.")
     removed_ids: list[uuid.UUID] = Field(

@@ -4,12 +4,29 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from app.providers.llm import LLMClient
 
 MEMORY_CONTENT_MAX_CHARS = 32768
 """A summary becomes a memory, so it can never be longer than a memory's content."""
+
+
+class Scope(NamedTuple):
+    """Where a memory lives within its tenant (None: nowhere in that column).
+
+    A group never spans two scopes, and its summary is written in the one its sources
+    share: a summary of one user's memories and another's would belong to neither, and
+    their facts would leave both users' searches and listings with nothing in their
+    place (likewise an agent's, a session's, a namespace's)."""
+
+    user_id: str | None = None
+    agent_id: str | None = None
+    session_id: str | None = None
+    namespace: str | None = None
+
+
+NO_SCOPE = Scope()
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,18 +42,21 @@ class Entry:
     tags: tuple[str, ...] = ()
     fact_role: str = "fact"
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    scope: Scope = NO_SCOPE
 
 
 @dataclass(frozen=True, slots=True)
 class Group:
     """Entries a selector put together: `kept` stays as it is, `to_remove` is folded.
 
-    `kept` is None for a selector that folds a whole group.
+    `kept` is None for a selector that folds a whole group. `scope` is every member's
+    (the composite sets it: selectors see one scope's entries at a time).
     """
 
     category: str
     kept: Entry | None
     to_remove: tuple[Entry, ...]
+    scope: Scope = NO_SCOPE
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,8 @@ from app.consolidation.types import Entry, Group
 
 
 class Selector(Protocol):
-    """Reads entries and returns groups; never writes, never calls out.
+    """Reads entries and returns groups; never writes, never calls out. The composite
+    hands it one scope's entries at a time, so it need not look at scopes.
 
     Output order is deterministic (groups by category, `to_remove` oldest first) so
     plans and golden tests are stable whatever order the database returned.

@@ -169,7 +169,7 @@ async def test_a_creation_window_chooses_the_memories_made_inside_it(
 ) -> None:
     """The window alone names a run (no scope: it is a criterion), and its bounds are
     exclusive, as the listing's and the search's: a memory made at a bound is outside."""
-    ids = await seed(client, [memory(f"standup note {i}", i, user_id=f"u{i}")
+    ids = await seed(client, [memory(f"standup note {i}", i, user_id="standups")
                               for i in range(10, 16)])
     after = (BASE_TIME + timedelta(minutes=10)).isoformat()
     before = (BASE_TIME + timedelta(minutes=15)).isoformat()
@@ -209,6 +209,7 @@ async def test_a_dry_run_reports_the_plan_and_changes_nothing(
     assert result["dry_run"] is True
     assert result["groups"] == [{
         "category": "general", "kept_id": ids[3], "summary_id": None,
+        "scope": {"user_id": "u1", "agent_id": None, "session_id": None, "namespace": None},
         "removed_ids": ids[:3], "folded_ids": ids[:3], "mode": None, "outcome": "planned",
         "error": None, "detail": None,
     }]

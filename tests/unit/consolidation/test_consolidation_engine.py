@@ -3,7 +3,7 @@
 import asyncio
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, get_args
 
@@ -15,7 +15,7 @@ from app.consolidation.config import OpConfig, SelectorConfig, SimilarityCluster
 from app.consolidation.ops import Concatenate, DensityRouting, LLMSynthesis, OpError
 from app.consolidation.registry import OPS, SELECTORS, STRATEGIES, build_composition
 from app.consolidation.selectors import HighestRelevance, SimilarityCluster
-from app.consolidation.types import Entry, OpContext, OpResult
+from app.consolidation.types import NO_SCOPE, Entry, OpContext, OpResult, Scope
 from tests.fakes.llm_server import FakeLLM, llm_error
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
@@ -359,6 +359,47 @@ async def test_an_llm_error_escaping_an_op_is_captured_per_group() -> None:
         ("mood", "llm_connection_error"),
         ("trips", None),
     ]
+
+
+# scopes --------------------------------------------------------------------------------
+
+ALICE_WORK = Scope(user_id="alice", namespace="work")
+ALICE_HOME = Scope(user_id="alice", namespace="home")
+BOB = Scope(user_id="bob")
+
+
+def scoped(scope: Scope, *ns: int) -> list[Entry]:
+    return [replace(entry(n, "notes", f"note {n}"), scope=scope) for n in ns]
+
+
+@pytest.mark.parametrize("selector", [
+    HighestRelevance(group_threshold=2),
+    SimilarityCluster(group_threshold=2, max_distance=0.0),
+])
+def test_a_group_never_spans_two_scopes(selector: Any) -> None:
+    """One category, four scopes interleaved: a group per scope that has enough entries,
+    each with its scope; a scope with too few entries is left whole, however many the
+    category holds across scopes."""
+    entries = [*scoped(BOB, 1, 5), *scoped(ALICE_WORK, 2, 6, 9), *scoped(ALICE_HOME, 3, 7),
+               *scoped(NO_SCOPE, 4, 8), *scoped(Scope(user_id="carol"), 10)]
+    entries = [replace(e, embedding=(1.0, 0.0)) for e in entries]
+    entries.sort(key=lambda e: e.id)
+
+    groups = Composite(selector, Concatenate()).plan(entries)
+
+    members = [(g.scope, sorted(e.id.int for e in (*g.to_remove, *filter(None, [g.kept]))))
+               for g in groups]
+    # No scope first, then by user, agent, session, namespace (None before any value).
+    assert members == [(NO_SCOPE, [4, 8]), (ALICE_HOME, [3, 7]), (ALICE_WORK, [2, 6, 9]),
+                       (BOB, [1, 5])]
+    for group in groups:
+        assert {e.scope for e in group.to_remove} == {group.scope}
+
+
+def test_a_run_whose_scopes_each_hold_too_few_entries_plans_nothing() -> None:
+    entries = [*scoped(Scope(user_id="dave"), 1, 2), *scoped(Scope(user_id="erin"), 3, 4)]
+
+    assert Composite(HighestRelevance(group_threshold=3), Concatenate()).plan(entries) == []
 
 
 def test_composite_refuses_a_zero_bound() -> None:

@@ -117,6 +117,8 @@ def test_the_samples_cover_each_kind_of_run() -> None:
     assert {(g["outcome"], g["error"]) for row in rows for g in row["groups"]} == {
         ("written", None), ("planned", None), ("failed", "write_failed")}
     assert any(g["mode"] == "fallback:concatenate" for row in rows for g in row["groups"])
+    # Groups as recorded before their scope was (shown with none), and since.
+    assert {"scope" in g for row in rows for g in row["groups"]} == {True, False}
     assert any(row["reverted_at"] is not None for row in rows)
     assert any(r["async"] for r in requests)
     assert any(r["metadata"] and r["created_after"] and r["tags"] for r in requests)
@@ -133,3 +135,5 @@ def test_every_sample_of_a_stored_run_reads_with_this_versions_models(index: int
     assert read_lenient(ConsolidationRequest, row["request"]).unknown == []
     assert read_lenient(ConsolidationComposition, row["composition"]).unknown == []
     assert len(shown.groups) == len(row["groups"])
+    for group, stored in zip(shown.groups, row["groups"], strict=True):
+        assert (group.scope.model_dump() if group.scope else None) == stored.get("scope")
