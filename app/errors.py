@@ -109,6 +109,7 @@ class ConcurrencyLimited(AppError):
 
 class DatabaseUnavailable(AppError):
     status, code, title = 503, "database_unavailable", "Database unavailable"
+    retry_after = 1
 
 
 class DatabaseBusy(AppError):
@@ -262,6 +263,13 @@ _ASYNCPG_UNAVAILABLE = (
 )
 
 
+# Every error a database call raises (SQLAlchemy's and asyncpg's, the pool's wait, a
+# socket's): those `_unexpected_problem` tells apart, and the others, a bug's, answered 500.
+_DATABASE_FAILURES: tuple[type[Exception], ...] = (
+    DBAPIError, PoolTimeout, asyncpg.PostgresError, asyncpg.InterfaceError, OSError,
+)
+
+
 def _is_connection_failure(exc: BaseException) -> bool:
     if isinstance(exc, _ASYNCPG_UNAVAILABLE):
         return True
@@ -328,11 +336,16 @@ def install_error_handlers(app: FastAPI) -> None:
         if _is_connection_failure(exc):
             log.warning("database unreachable during %s %s: %s", request.method,
                         request.url.path, exc)
-            return problem_response(
-                503, "database_unavailable", "Database unavailable",
-                "the database could not be reached; retry later",
-            )
+            return await _app_error(request, DatabaseUnavailable(
+                "the database could not be reached; retry later"))
         log.exception("unhandled error during %s %s", request.method, request.url.path)
         return problem_response(
             500, "internal_error", "Internal error", "an unexpected error occurred"
         )
+
+    # The database's failures, answered inside the middleware: the handler for Exception
+    # answers from outside them all and then raises the error again, so the metrics
+    # counted an outage's 503s as 500s and uvicorn logged each with a traceback at ERROR.
+    # A failure raised in a middleware itself still reaches `_unexpected`.
+    for failure in _DATABASE_FAILURES:
+        app.add_exception_handler(failure, _unexpected_problem)

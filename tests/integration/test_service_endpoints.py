@@ -19,6 +19,7 @@ from app.migrate import head_revision
 from app.providers.hash_embedder import HashEmbedder
 from app.resources import Resources
 from tests.conftest import TenantKey
+from tests.conftest import sample as counted_now
 
 PROBLEM_JSON = "application/problem+json"
 
@@ -215,8 +216,10 @@ async def down_resources(resources: Resources) -> AsyncIterator[Resources]:
 
 @pytest.fixture
 async def down_client(down_resources: Resources) -> AsyncIterator[httpx.AsyncClient]:
+    # An error the app raises again after answering fails the test: uvicorn logs each
+    # such error at ERROR with its traceback.
     app = create_app(down_resources.settings, down_resources)
-    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://engram.test") as c:
         yield c
 
@@ -257,12 +260,23 @@ async def test_database_unreachable_is_503_problem_without_a_stack_trace(
     down_client: httpx.AsyncClient, method: str, path: str, payload: dict | None,
     headers: dict[str, str],
 ) -> None:
+    route = path.split("?")[0].replace(SOME_ID, "{memory_id}").replace("/s1", "/{session_id}")
+    counted = {status: counted_now("engram_http_requests_total", method=method,
+                                   route=route, status=status) for status in ("500", "503")}
+
     resp = await down_client.request(method, path, json=payload, headers=headers)
+
     body = assert_problem(resp, 503)
     assert body["type"].endswith("/database_unavailable")
     assert body["title"] == "Database unavailable"
+    assert resp.headers["Retry-After"] == "1"
     assert "127.0.0.1" not in resp.text
     assert "asyncpg" not in resp.text.lower()
+    # Counted as what it answered: an outage is not a bug (it counted as a 500).
+    assert counted_now("engram_http_requests_total", method=method, route=route,
+                       status="503") == counted["503"] + 1
+    assert counted_now("engram_http_requests_total", method=method, route=route,
+                       status="500") == counted["500"]
 
 
 async def test_database_unreachable_still_answers_healthz(
