@@ -231,6 +231,25 @@ def validation_errors(raw: Sequence[Any]) -> list[FieldError]:
     return out
 
 
+def _unreadable_body(exc: StarletteHTTPException) -> str | None:
+    """What is wrong with a JSON body FastAPI could not parse, if that is why `exc` is a
+    400. FastAPI answers malformed JSON with a 422 naming `body`, but JSON that Python's
+    parser refuses for other reasons with a bare 400, which no operation declares."""
+    if exc.status_code != 400:
+        return None
+    cause = exc.__cause__
+    if isinstance(cause, UnicodeDecodeError):
+        return "is not valid UTF-8 (JSON must be UTF-8)"
+    if isinstance(cause, RecursionError):
+        return "is nested too deeply to be read"
+    if isinstance(cause, ValueError) and "digits" in str(cause):
+        # int() past sys.get_int_max_str_digits (4300).
+        return "holds an integer with too many digits to be read"
+    if isinstance(cause, ValueError):
+        return "could not be read as JSON"
+    return None
+
+
 def _allowed_methods(request: Request) -> str | None:
     """Every method the path answers to: Starlette names only the first matching route's."""
     allowed = [
@@ -297,12 +316,11 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        if exc.status_code == 400 and isinstance(exc.__cause__, UnicodeDecodeError):
-            # FastAPI answers a JSON body that is not UTF-8 with a bare 400, unlike every
-            # other unreadable body (422 naming `body`).
-            errors = [FieldError(field="body", message="is not valid UTF-8 (JSON must be UTF-8)")]
+        unreadable = _unreadable_body(exc)
+        if unreadable is not None:
+            errors = [FieldError(field="body", message=unreadable)]
             return problem_response(422, "validation_error", "Validation error",
-                                    f"body: {errors[0].message}", errors)
+                                    f"body: {unreadable}", errors)
         code, title = _STATUS_TITLES.get(exc.status_code, ("http_error", "HTTP error"))
         detail = exc.detail if isinstance(exc.detail, str) else title
         headers = dict(exc.headers or {})

@@ -530,6 +530,44 @@ async def test_a_body_that_is_not_utf8_is_422_naming_body_and_changes_nothing(
     assert [m["id"] for m in listed] == [created["id"]]
 
 
+DEEP = '{"a": ' * 5000 + "1" + "}" * 5000
+LONG_INT = "9" * 5000
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "says"),
+    [
+        pytest.param("POST", "/v1/memories", f'{{"content": "x", "metadata": {DEEP}}}',
+                     "nested too deeply", id="create-deep"),
+        pytest.param("POST", "/v1/memories",
+                     f'{{"content": "x", "metadata": {{"n": {LONG_INT}}}}}',
+                     "too many digits", id="create-long-integer"),
+        pytest.param("PATCH", "/v1/memories/{id}", f'{{"importance": {LONG_INT}}}',
+                     "too many digits", id="patch-long-integer"),
+        pytest.param("POST", "/v1/search", f'{{"query": "x", "top_k": {LONG_INT}}}',
+                     "too many digits", id="search-long-integer"),
+        pytest.param("POST", "/v1/search", f'{{"query": "x", "metadata": {DEEP}}}',
+                     "nested too deeply", id="search-deep"),
+        pytest.param("POST", "/v1/consolidations", f'{{"user_id": "u", "metadata": {DEEP}}}',
+                     "nested too deeply", id="consolidation-deep"),
+    ],
+)
+async def test_json_the_parser_refuses_is_422_naming_body_and_changes_nothing(
+    client: httpx.AsyncClient, method: str, path: str, body: str, says: str
+) -> None:
+    """Python's JSON parser refuses some valid JSON (nesting past its recursion limit,
+    integers past 4300 digits): FastAPI answered those with a bare 400 that no operation
+    declares."""
+    created = await create(client)
+    resp = await client.request(method, path.format(id=created["id"]), content=body,
+                                headers={"content-type": "application/json"})
+    problem = assert_validation_problem(resp, "body")
+    assert says in problem["detail"]
+    assert (await client.get(f"/v1/memories/{created['id']}")).json() == created
+    listed = (await client.get("/v1/memories")).json()["items"]
+    assert [m["id"] for m in listed] == [created["id"]]
+
+
 @pytest.mark.parametrize(
     "content_type", ["text/plain", "application/x-www-form-urlencoded", "application/xml"]
 )
