@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Annotated, Any
+from urllib.parse import unquote, unquote_to_bytes
 
 from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -29,6 +30,37 @@ async def refuse_repeated_params(request: Request) -> None:
         if name not in lists and len(params.getlist(name)) > 1:
             raise ValidationFailed.on(f"query.{name}", "is given more than once; it takes "
                                                        "one value")
+
+
+async def refuse_undecodable_params(request: Request) -> None:
+    """A path or query parameter whose %-escapes are not UTF-8 is refused. Starlette
+    decodes them with U+FFFD for each bad byte, so `caf%E9` and `caf%E8` (a Latin-1
+    client's) were both read as `caf\ufffd`: the same session, the same user's memories
+    to list or delete. A dependency of every /v1 router, with `refuse_repeated_params`."""
+    query = request.scope.get("query_string", b"")
+    if b"%" in query:
+        for pair in query.split(b"&"):
+            name, _, value = pair.partition(b"=")
+            for part in (name, value):
+                if not _utf8(part.replace(b"+", b" ")):
+                    raise ValidationFailed.on(
+                        f"query.{unquote(name.decode('latin-1'))}", _NOT_UTF8)
+    raw_path = request.scope.get("raw_path") or b""
+    if b"%" in raw_path and not _utf8(raw_path):
+        bad = [name for name, value in request.path_params.items()
+               if isinstance(value, str) and "\ufffd" in value]
+        raise ValidationFailed.on(f"path.{bad[0]}" if bad else "path", _NOT_UTF8)
+
+
+_NOT_UTF8 = "is not valid UTF-8 once its %-escapes are decoded (encode text as UTF-8)"
+
+
+def _utf8(escaped: bytes) -> bool:
+    try:
+        unquote_to_bytes(escaped).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _list_params(request: Request) -> frozenset[str]:

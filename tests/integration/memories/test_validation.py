@@ -613,3 +613,50 @@ async def test_idempotency_key_of_255_chars_is_accepted(client: httpx.AsyncClien
     resp = await client.post("/v1/memories", json={"content": "x"},
                              headers={"Idempotency-Key": "k" * 255})
     assert resp.status_code == 201, resp.text
+
+
+@pytest.mark.parametrize(
+    ("method", "url", "field"),
+    [
+        pytest.param("POST", "/v1/sessions/%FF/turns", "path.session_id", id="turn-latin-1"),
+        pytest.param("POST", "/v1/sessions/caf%E9/turns", "path.session_id",
+                     id="turn-latin-1-word"),
+        pytest.param("POST", "/v1/sessions/%ED%A0%80/turns", "path.session_id",
+                     id="turn-encoded-surrogate"),
+        pytest.param("GET", "/v1/memories?user_id=caf%E9", "query.user_id", id="list"),
+        pytest.param("GET", "/v1/memories?tags=a&tags=%C3", "query.tags", id="list-tags"),
+        pytest.param("DELETE", "/v1/memories?user_id=caf%E9", "query.user_id",
+                     id="delete-matching"),
+        pytest.param("GET", "/v1/sessions?user_id=%FF", "query.user_id", id="list-sessions"),
+    ],
+)
+async def test_percent_escapes_that_are_not_utf8_are_422_naming_the_parameter(
+    client: httpx.AsyncClient, method: str, url: str, field: str
+) -> None:
+    """Starlette reads each bad byte as U+FFFD, so `caf%E9` and `caf%E8` named one
+    session, one user's memories."""
+    kept = await create(client, user_id="caf\ufffd")
+    resp = await client.request(method, url, json={"role": "user", "content": "hi"}
+                                if method == "POST" else None)
+    problem = assert_validation_problem(resp, field)
+    assert "UTF-8" in problem["detail"]
+    assert (await client.get("/v1/sessions")).json()["items"] == []
+    assert (await client.get(f"/v1/memories/{kept['id']}")).status_code == 200
+
+
+async def test_percent_escaped_utf8_is_read_as_the_text_it_encodes(
+    client: httpx.AsyncClient,
+) -> None:
+    """Including U+FFFD itself, escaped as UTF-8."""
+    for escaped, text in (("caf%C3%A9", "café"), ("%EF%BF%BD", "\ufffd")):
+        created = await client.post(f"/v1/sessions/{escaped}/turns",
+                                    json={"role": "user", "content": "hi", "user_id": text})
+        assert created.status_code == 201, created.text
+        assert created.json()["session_id"] == text
+        listed = await client.get(f"/v1/sessions?user_id={escaped}")
+        assert listed.status_code == 200, listed.text
+        assert [s["session_id"] for s in listed.json()["items"]] == [text]
+    memory = await create(client, user_id="café", tags=["a b"])
+    resp = await client.get("/v1/memories?user_id=caf%C3%A9&tags=a+b")
+    assert resp.status_code == 200, resp.text
+    assert [m["id"] for m in resp.json()["items"]] == [memory["id"]]
