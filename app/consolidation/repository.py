@@ -78,6 +78,16 @@ class Candidates:
 
 
 @dataclass(frozen=True, slots=True)
+class SummaryState:
+    """A run's summary as a revert finds it: folded again since (archived), or changed
+    through PATCH (a summary is written with updated_at = created_at)."""
+
+    id: uuid.UUID
+    archived: bool
+    edited: bool
+
+
+@dataclass(frozen=True, slots=True)
 class SourceState:
     id: uuid.UUID
     updated_at: datetime
@@ -171,13 +181,15 @@ class ConsolidationRepository:
 
     # Revert -------------------------------------------------------------------------
 
-    async def lock_summaries(self, ids: Sequence[uuid.UUID]) -> list[tuple[uuid.UUID, bool]]:
-        """(id, archived?) of the run's surviving summaries, locked."""
-        stmt = (select(Memory.id, Memory.archived_at.is_not(None).label("archived"))
+    async def lock_summaries(self, ids: Sequence[uuid.UUID]) -> list[SummaryState]:
+        """The run's surviving summaries, locked."""
+        stmt = (select(Memory.id, Memory.archived_at.is_not(None).label("archived"),
+                       (Memory.updated_at > Memory.created_at).label("edited"))
                 .where(Memory.tenant_id == self.tenant_id, _among(ids),
                        Memory.fact_role == "summary")
                 .order_by(Memory.id).with_for_update(of=Memory))
-        return [(r.id, bool(r.archived)) for r in (await self.session.execute(stmt)).all()]
+        return [SummaryState(r.id, bool(r.archived), bool(r.edited))
+                for r in (await self.session.execute(stmt)).all()]
 
     async def summary_folding(self, ids: Sequence[uuid.UUID]) -> tuple[uuid.UUID, Any] | None:
         """A later summary built from one of `ids`, as (its id, its run id), if any."""

@@ -122,6 +122,30 @@ async def test_revert_is_refused_once_a_summary_was_consolidated_again(
     assert len(await active_ids(client, user_id="u1")) == 7
 
 
+async def test_revert_is_refused_while_a_summary_holds_a_clients_edit(
+    client: httpx.AsyncClient,
+) -> None:
+    """A revert deletes the run's summaries: one a client has changed since is not
+    deleted behind its back (it was, silently)."""
+    ids = await seed(client, [memory(f"note {i}", i) for i in range(4)])
+    run = await consolidate(client, user_id="u1")
+    summary_id = run["groups"][0]["summary_id"]
+    edited = await client.patch(f"/v1/memories/{summary_id}",
+                                json={"content": "edited summary"})
+    assert edited.status_code == 200, edited.text
+
+    resp = await client.post(f"/v1/consolidations/{run['id']}/revert")
+
+    assert resp.status_code == 409, resp.text
+    assert summary_id in resp.json()["detail"]
+    assert (await get_memory(client, summary_id))["content"] == "edited summary"
+    assert await active_ids(client, user_id="u1") == {ids[3], summary_id}
+    # Deleting the summary, as the answer says, lets the revert restore the sources.
+    assert (await client.delete(f"/v1/memories/{summary_id}")).status_code == 204
+    assert (await client.post(f"/v1/consolidations/{run['id']}/revert")).status_code == 200
+    assert await active_ids(client, user_id="u1") == set(ids)
+
+
 async def test_synthesize_only_and_dry_runs_cannot_be_reverted(
     client: httpx.AsyncClient,
 ) -> None:
