@@ -120,7 +120,10 @@ class SessionContext(BaseModel):
     turns: list[Turn] = Field(description="The newest turns that fit the budget, oldest first.")
     omitted_turns: int = Field(description=(
         "Turns the strategy would show that did not fit the budget (older than `turns`)."))
-    tokens: int = Field(description="Estimated tokens of the summary and turns.")
+    tokens: int = Field(description=(
+        "Estimated tokens of the summary and turns. Above `budget_tokens` only when the "
+        "rolling summary alone is: it is never cut (ENGRAM_SESSION_SUMMARY_MAX_CHARS "
+        "bounds it), and no turn is added."))
     budget_tokens: int
     warning: str | None
     health: SessionHealth

@@ -4,6 +4,7 @@ unauthenticated service beyond loopback."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -233,3 +234,16 @@ def test_the_tcp_timeout_is_whole_seconds_from_zero(monkeypatch: pytest.MonkeyPa
     assert "ENGRAM_DB_TCP_TIMEOUT_SECONDS" in format_settings_error(caught.value)
     monkeypatch.setenv("ENGRAM_DB_TCP_TIMEOUT_SECONDS", "0")
     assert load().db_tcp_timeout_seconds == 0
+
+
+def test_every_setting_is_in_the_readme() -> None:
+    """The README's configuration table names every setting (a row may name a family,
+    `ENGRAM_SEARCH_*`): 23 were only in app/settings.py until 2026-11-27."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    named = set(re.findall(r"`(ENGRAM_[A-Z0-9_]+\*?)`", readme))
+    families = [name.removesuffix("*") for name in named if name.endswith("*")]
+    settings = [f"ENGRAM_{field.upper()}" for field in Settings.model_fields]
+    missing = [name for name in settings
+               if name not in named and not any(name.startswith(f) for f in families)]
+    assert missing == []
+    assert len(settings) > 80
