@@ -257,6 +257,8 @@ def _allowed_methods(request: Request) -> str | None:
         if any(route.matches({**request.scope, "method": method})[0] is Match.FULL
                for route in request.app.router.routes)
     ]
+    if "GET" in allowed:  # app/service/head.py
+        allowed.insert(allowed.index("GET") + 1, "HEAD")
     return ", ".join(allowed) or None
 
 

@@ -22,6 +22,7 @@ from app.resources import Resources, build_resources
 from app.search.router import router as search_router
 from app.service.admission import AdmissionMiddleware
 from app.service.body_limit import BodyLimitMiddleware
+from app.service.head import HeadAsGetMiddleware
 from app.service.metrics import MetricsMiddleware
 from app.service.request_id import RequestIdMiddleware
 from app.service.router import router as service_router
@@ -125,6 +126,8 @@ def create_app(settings: Settings | None = None, resources: Resources | None = N
     app.add_middleware(MetricsMiddleware, routes=[
         route for router in (service_router, *api_routers) for route in router.routes])
     app.add_middleware(RequestIdMiddleware)
+    # Outermost: every layer sees a HEAD as the GET it is answered as.
+    app.add_middleware(HeadAsGetMiddleware)
     _declare_problem_schema(app)
     return app
 

@@ -181,8 +181,10 @@ async def test_wrong_method_is_405_problem(
 @pytest.mark.parametrize(
     ("path", "supported"),
     [
-        ("/v1/memories", {"GET", "POST"}),
-        ("/v1/memories/0190b2a4-1c2d-7000-8000-000000000001", {"GET", "PATCH", "DELETE"}),
+        ("/v1/memories", {"GET", "HEAD", "POST"}),
+        ("/v1/memories/0190b2a4-1c2d-7000-8000-000000000001",
+         {"GET", "HEAD", "PATCH", "DELETE"}),
+        ("/v1/search", {"POST"}),
     ],
 )
 async def test_405_allow_header_lists_every_method_of_the_path(
@@ -193,6 +195,27 @@ async def test_405_allow_header_lists_every_method_of_the_path(
     assert_problem(resp, 405)
     allowed = {m.strip() for m in resp.headers["allow"].split(",")}
     assert supported <= allowed, allowed
+
+
+async def test_head_answers_wherever_get_does_with_gets_headers_and_no_body(
+    client: httpx.AsyncClient,
+) -> None:
+    """Load balancers and uptime monitors that check with HEAD got a 405."""
+    created = await client.post("/v1/memories", json={"content": "seen by HEAD"})
+    assert created.status_code == 201, created.text
+    for path in ("/healthz", "/readyz", "/v1/memories", f"/v1/memories/{created.json()['id']}",
+                 "/openapi.json"):
+        got, head = await client.get(path), await client.head(path)
+        assert (head.status_code, got.status_code) == (200, 200), (path, head.text)
+        assert head.content == b""
+        assert got.content
+        assert head.headers["content-length"] == got.headers["content-length"]
+        assert head.headers["content-type"] == got.headers["content-type"]
+    missing = await client.head("/v1/memories/0190b2a4-1c2d-7000-8000-000000000001")
+    assert (missing.status_code, missing.content) == (404, b"")
+    assert missing.headers["content-type"] == "application/problem+json"
+    post_only = await client.head("/v1/search")
+    assert (post_only.status_code, post_only.headers["allow"]) == (405, "POST")
 
 
 # --- the database is down -------------------------------------------------------------------
