@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth import Caller
+from app.errors import ValidationFailed
 from app.idempotency.repository import IdempotencyRepository
 from app.idempotency.service import HEADER, KEY_PATTERN, IdempotencyService, check_key
 
@@ -44,6 +45,11 @@ async def keyed_create(
         status, payload = await produce()
         return status, bytes(JSONResponse(payload).body).decode()
 
+    if len(request.headers.getlist(HEADER)) > 1:
+        # Which one the client meant is unknown: one of them silently used could replay,
+        # or fail to replay, the wrong request.
+        raise ValidationFailed.on(f"header.{HEADER}", "is given more than once; it takes "
+                                                      "one value")
     outcome = await idempotency.run(check_key(key), operation, canonical(), rendered)
     headers = {"Idempotent-Replayed": "true"} if outcome.replayed else None
     return Response(outcome.body, status_code=outcome.status_code, headers=headers,

@@ -609,6 +609,25 @@ async def test_bad_idempotency_key_is_422_naming_the_header_and_writes_nothing(
     await assert_nothing_written(client)
 
 
+@pytest.mark.parametrize("path", ["/v1/memories", "/v1/memories/batch",
+                                  "/v1/sessions/s1/turns"])
+async def test_an_idempotency_key_given_twice_is_422_naming_the_header_and_writes_nothing(
+    client: httpx.AsyncClient, path: str
+) -> None:
+    """Which of the two the client meant is unknown (the first was used, silently)."""
+    payload: dict[str, Any] = {"content": "x"}
+    if path.endswith("batch"):
+        payload = {"items": [payload]}
+    elif path.endswith("turns"):
+        payload = {"role": "user", "content": "x"}
+    resp = await client.post(path, json=payload,
+                             headers=[("Idempotency-Key", "d1"), ("Idempotency-Key", "d2")])
+    problem = assert_validation_problem(resp, "header.Idempotency-Key")
+    assert "more than once" in problem["detail"]
+    await assert_nothing_written(client)
+    assert (await client.get("/v1/sessions")).json()["items"] == []
+
+
 async def test_idempotency_key_of_255_chars_is_accepted(client: httpx.AsyncClient) -> None:
     resp = await client.post("/v1/memories", json={"content": "x"},
                              headers={"Idempotency-Key": "k" * 255})
