@@ -231,6 +231,19 @@ def validation_errors(raw: Sequence[Any]) -> list[FieldError]:
     return out
 
 
+_NOT_JSON = "must be JSON, sent with Content-Type: application/json"
+
+
+def _json_content_type(value: str | None) -> bool:
+    """Whether FastAPI parses a body sent with this Content-Type as JSON (it does with
+    none at all)."""
+    if value is None:
+        return True
+    kind = value.split(";", 1)[0].strip().lower()
+    return kind == "application/json" or (kind.startswith("application/")
+                                          and kind.endswith("+json"))
+
+
 def _unreadable_body(exc: StarletteHTTPException) -> str | None:
     """What is wrong with a JSON body FastAPI could not parse, if that is why `exc` is a
     400. FastAPI answers malformed JSON with a 422 naming `body`, but JSON that Python's
@@ -311,8 +324,13 @@ def install_error_handlers(app: FastAPI) -> None:
                                 headers or None)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = validation_errors(exc.errors())
+        if not _json_content_type(request.headers.get("content-type")):
+            # FastAPI reads such a body as bytes, and the error said it "should be a
+            # valid dictionary", which sends the client looking at its JSON.
+            errors = [FieldError(field="body", message=_NOT_JSON) if e.field == "body" else e
+                      for e in errors]
         detail = "; ".join(f"{e.field}: {e.message}" for e in errors[:5])
         return problem_response(422, "validation_error", "Validation error", detail, errors)
 

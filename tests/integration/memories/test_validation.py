@@ -576,8 +576,23 @@ async def test_body_with_wrong_content_type_is_422_problem_and_writes_nothing(
 ) -> None:
     resp = await client.post("/v1/memories", content=b'{"content": "x"}',
                              headers={"content-type": content_type})
-    assert_validation_problem(resp, "body")
+    problem = assert_validation_problem(resp, "body")
+    assert problem["errors"] == [{"field": "body", "message": "must be JSON, sent with "
+                                                              "Content-Type: application/json"}]
     await assert_nothing_written(client)
+
+
+@pytest.mark.parametrize("content_type", ["application/json; charset=utf-8",
+                                          "application/problem+json", "APPLICATION/JSON"])
+async def test_json_content_types_are_read_as_json(
+    client: httpx.AsyncClient, content_type: str
+) -> None:
+    resp = await client.post("/v1/memories", content=b'{"content": "x"}',
+                             headers={"content-type": content_type})
+    assert resp.status_code == 201, resp.text
+    bad = await client.post("/v1/memories", content=b'{"content": ""}',
+                            headers={"content-type": content_type})
+    assert assert_validation_problem(bad, "content")["errors"][0]["field"] == "content"
 
 
 @pytest.mark.parametrize("text", ['["content", "x"]', '"x"', "null", "42"])
