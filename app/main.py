@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 from fastapi import Depends, FastAPI
 
 from app.consolidation.router import router as consolidation_router
-from app.deps import refuse_repeated_params, refuse_undecodable_params
+from app.deps import check_params
 from app.embedded_db import keep_running
 from app.embedding_space.service import VectorSpaceMismatch
 from app.errors import Problem, install_error_handlers
@@ -112,8 +112,7 @@ def create_app(settings: Settings | None = None, resources: Resources | None = N
     app.include_router(service_router)
     api_routers = (memories_router, search_router, consolidation_router, sessions_router)
     for router in api_routers:
-        app.include_router(router, dependencies=[Depends(refuse_repeated_params),
-                                                 Depends(refuse_undecodable_params)])
+        app.include_router(router, dependencies=[Depends(check_params)])
     # Innermost: the metrics count, and the request id marks, a request the shutdown cut
     # and one refused for want of a slot, or for a body past the bound (refused by its
     # length before it takes a slot). The shutdown's layer is outside the admission's, so
