@@ -19,7 +19,7 @@ from app.service.metrics import REQUESTS_RATE_LIMITED
 from app.tenants.concurrency import TenantSlots
 from app.tenants.keys import hash_key
 from app.tenants.rate_limit import RateLimit, TenantRateLimiter
-from app.tenants.repository import KeyLookup, Suspension
+from app.tenants.repository import KeyLookup, KeyOwner, Suspension
 
 
 @dataclass(frozen=True)
@@ -42,23 +42,39 @@ async def current_caller(
     if not resources.settings.auth_enabled:
         _admit(request, DEFAULT_TENANT_ID, limiter.default, resources.tenant_slots.default)
         return Caller(DEFAULT_TENANT_ID, resources.settings.max_memories_per_user)
-    if credentials is None or not credentials.credentials:
-        raise Unauthorized("missing `Authorization: Bearer <api key>` header")
-    # One statement on the read pool, outside any transaction: through a session of its
-    # own it cost ~2 ms more per request (bench/auth.py), and the request's session, if it
-    # has one, must not hold a connection while the request embeds text.
-    owner = await KeyLookup(await resources.search_reader()).owner_of_key_hash(
-        hash_key(credentials.credentials))
-    if owner is None:
-        raise Unauthorized("the API key is not valid or has been revoked")
-    if owner.suspension is not None:
-        # Before the limits: a refused request takes nothing of the tenant's rate or share.
-        raise TenantSuspended(suspended_detail(owner.suspension))
+    owner = await _key_owner(request, credentials)
     _admit(request, owner.tenant_id, limiter.limit_for(owner.rate_limit),
            resources.tenant_slots.limit_for(owner.max_in_flight))
     per_user = owner.max_memories_per_user
     return Caller(owner.tenant_id, resources.settings.max_memories_per_user
                   if per_user is None else per_user)
+
+
+async def refuse_unknown_key(request: Request) -> None:
+    """Unauthorized (or TenantSuspended) for a request whose key `current_caller` would
+    refuse; nothing with auth off. For the errors found before the dependencies run
+    (FastAPI reads a JSON body first): a malformed body without a key was a 422, where a
+    missing or wrong key is a 401 whatever else is wrong. Takes nothing of the tenant's
+    rate or share."""
+    if request.app.state.resources.settings.auth_enabled:
+        await _key_owner(request, await _bearer(request))
+
+
+async def _key_owner(request: Request,
+                     credentials: HTTPAuthorizationCredentials | None) -> KeyOwner:
+    if credentials is None or not credentials.credentials:
+        raise Unauthorized("missing `Authorization: Bearer <api key>` header")
+    # One statement on the read pool, outside any transaction: through a session of its
+    # own it cost ~2 ms more per request (bench/auth.py), and the request's session, if it
+    # has one, must not hold a connection while the request embeds text.
+    owner = await KeyLookup(await request.app.state.resources.search_reader()
+                            ).owner_of_key_hash(hash_key(credentials.credentials))
+    if owner is None:
+        raise Unauthorized("the API key is not valid or has been revoked")
+    if owner.suspension is not None:
+        # Before the limits: a refused request takes nothing of the tenant's rate or share.
+        raise TenantSuspended(suspended_detail(owner.suspension))
+    return owner
 
 
 def suspended_detail(suspension: Suspension) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import asyncpg
@@ -314,7 +314,22 @@ def _is_connection_failure(exc: BaseException) -> bool:
     return isinstance(exc, OSError | ConnectionError)
 
 
-def install_error_handlers(app: FastAPI) -> None:
+def install_error_handlers(
+    app: FastAPI, *, authenticate: Callable[[Request], Awaitable[None]] | None = None,
+) -> None:
+    """`authenticate` raises the AppError a request's key earns (app/auth.py), if any: it
+    is asked before answering that the body could not be read, which FastAPI finds
+    before any dependency runs, so that a missing or wrong key is a 401 first."""
+
+    async def refused(request: Request) -> JSONResponse | None:
+        if authenticate is None:
+            return None
+        try:
+            await authenticate(request)
+        except AppError as exc:
+            return await _app_error(request, exc)
+        return None
+
     @app.exception_handler(AppError)
     async def _app_error(_: Request, exc: AppError) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
@@ -325,6 +340,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        before_dependencies = any(e.get("type") == "json_invalid" for e in exc.errors())
+        if before_dependencies and (answer := await refused(request)) is not None:
+            return answer
         errors = validation_errors(exc.errors())
         if not _json_content_type(request.headers.get("content-type")):
             # FastAPI reads such a body as bytes, and the error said it "should be a
@@ -338,6 +356,8 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         unreadable = _unreadable_body(exc)
         if unreadable is not None:
+            if (answer := await refused(request)) is not None:
+                return answer
             errors = [FieldError(field="body", message=unreadable)]
             return problem_response(422, "validation_error", "Validation error",
                                     f"body: {unreadable}", errors)

@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
 
+from app.auth import refuse_unknown_key
 from app.consolidation.router import router as consolidation_router
 from app.deps import check_params
 from app.embedded_db import keep_running
@@ -108,7 +109,7 @@ def create_app(settings: Settings | None = None, resources: Resources | None = N
                   lifespan=lifespan)
     if resources is not None:
         app.state.resources = resources
-    install_error_handlers(app)
+    install_error_handlers(app, authenticate=refuse_unknown_key)
     app.include_router(service_router)
     api_routers = (memories_router, search_router, consolidation_router, sessions_router)
     for router in api_routers:

@@ -75,6 +75,32 @@ async def test_without_a_key_an_invalid_body_is_still_401_not_422(
     assert_unauthorized(resp)
 
 
+UNREADABLE_BODIES = [
+    pytest.param(b'{"content": ', id="malformed"),
+    pytest.param(b'{"content": "caf\xe9"}', id="not-utf8"),
+    pytest.param(b'{"content": "x", "importance": ' + b"9" * 5000 + b"}", id="long-integer"),
+]
+
+
+@pytest.mark.parametrize("body", UNREADABLE_BODIES)
+@pytest.mark.parametrize("authorization", [None, "Bearer egm_this-key-was-never-issued"],
+                         ids=["no-key", "wrong-key"])
+async def test_without_a_valid_key_an_unreadable_body_is_401_not_422(
+    resources: Resources, tenant: TenantKey, authorization: str | None, body: bytes,
+) -> None:
+    """FastAPI reads a JSON body before any dependency runs, so these were 422s."""
+    headers = {"Content-Type": "application/json"}
+    if authorization is not None:
+        headers["Authorization"] = authorization
+    async with make_client(resources, {}) as c:
+        assert_unauthorized(await c.post("/v1/memories", content=body, headers=headers))
+    async with make_client(resources, tenant.headers) as c:
+        resp = await c.post("/v1/memories", content=body,
+                            headers={"Content-Type": "application/json"})
+    assert resp.status_code == 422, resp.text
+    assert [e["field"] for e in resp.json()["errors"]] == ["body"]
+
+
 @pytest.mark.parametrize(
     "authorization",
     [
