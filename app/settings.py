@@ -191,6 +191,8 @@ class Settings(BaseSettings):
     llm_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
     llm_max_retries: int = Field(default=2, ge=0, le=10)
     llm_max_concurrency: int = Field(default=4, ge=1, le=64)
+    # LLM calls of the whole process under way at once (app/providers/llm.py).
+    llm_max_in_flight: int = Field(default=16, ge=1, le=1024)
 
     # Consolidation: how many candidates one run reads (the rest is reported as the
     # remainder and left for the next run), and the importance summaries are written with.

@@ -3,12 +3,15 @@ OpenAI-compatible `/chat/completions` endpoint.
 
 Timeouts, connection errors, 429 and 5xx answers are retried a bounded number of times
 with exponential backoff; what still fails, and any answer that is not a well-formed
-completion, becomes an `LLMError` with a stable code, never a bare exception.
+completion (one HTTP cannot decode, JSON too deep to parse, a body past
+`MAX_ANSWER_BYTES`), becomes an `LLMError` with a stable code, never a bare exception.
+At most `max_in_flight` calls of the process are under way at once, whoever makes them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 import time
@@ -24,6 +27,13 @@ from app.settings import Settings
 log = logging.getLogger("engram.llm")
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+MAX_ANSWER_BYTES = 2**20
+"""A completion is read no further: a summary is at most 32,768 characters, ~200 KB as
+JSON at worst, and an answer of tens of MB held the event loop for over a second."""
+
+
+class _TooLarge(Exception):
+    pass
 
 
 class LLMClient(Protocol):
@@ -76,12 +86,18 @@ class ChatCompletionsClient:
         backoff_max: float = 8.0,
         temperature: float | None = 0.0,
         max_tokens: int | None = None,
+        max_in_flight: int = 16,
         http_client: httpx.AsyncClient | None = None,
     ) -> None:
         if timeout <= 0:
             raise ValueError("timeout must be positive")
         if max_retries < 0:
             raise ValueError("max_retries must be >= 0")
+        if max_in_flight < 1:
+            raise ValueError("max_in_flight must be >= 1")
+        # A run's groups and an op's entries multiply (4 groups x 32 entries of an
+        # abstractive op was 128 calls at once): this bounds what the provider sees.
+        self._in_flight = asyncio.Semaphore(max_in_flight)
         self.model = model
         self._url = base_url.rstrip("/") + "/chat/completions"
         self._timeout = timeout
@@ -117,6 +133,13 @@ class ChatCompletionsClient:
             error = outcome
             if attempt >= self._max_retries or not _is_retryable(error):
                 raise error
+            if retry_after is not None and retry_after > self._backoff_max:
+                # Waiting that long would hold a synchronous request, or a fold, far past
+                # any sensible wait: the caller's fallback answers sooner.
+                log.warning("LLM call failed (%s) and asked to wait %gs, more than the "
+                            "%gs this client waits; not retried", error.code, retry_after,
+                            self._backoff_max)
+                raise error
             delay = self._delay(attempt, retry_after)
             log.warning(
                 "LLM call failed (%s), retry %d/%d in %.2fs",
@@ -129,11 +152,17 @@ class ChatCompletionsClient:
             attempt += 1
 
     async def _attempt(self, payload: dict[str, Any]) -> tuple[str | LLMError, float | None]:
-        """One HTTP call: the answer text, or the error and the server's Retry-After."""
+        """One HTTP call, once a slot is free (the wait is not the call's timeout): the
+        answer text, or the error and the server's Retry-After."""
+        async with self._in_flight:
+            return await self._call(payload)
+
+    async def _call(self, payload: dict[str, Any]) -> tuple[str | LLMError, float | None]:
         try:
-            async with asyncio.timeout(self._timeout):
-                response = await self._client.post(self._url, json=payload,
-                                                   headers={**self._headers, **outgoing()})
+            async with asyncio.timeout(self._timeout), self._client.stream(
+                    "POST", self._url, json=payload,
+                    headers={**self._headers, **outgoing()}) as response:
+                body = await _read_bounded(response)
         except (TimeoutError, httpx.TimeoutException) as exc:
             return LLMError(
                 f"the LLM did not answer within {self._timeout:g}s ({exc.__class__.__name__})",
@@ -146,14 +175,21 @@ class ChatCompletionsClient:
                 code="llm_connection_error",
                 status=503,
             ), None
+        except httpx.HTTPError as exc:
+            # The bytes came, but not as HTTP can read them (a Content-Encoding the body
+            # is not in, say).
+            return _bad(f"the LLM's answer could not be decoded: "
+                        f"{exc.__class__.__name__}: {exc}"), None
+        except _TooLarge:
+            return _bad(f"the LLM's answer is larger than {MAX_ANSWER_BYTES} bytes"), None
         if response.status_code != 200:
             return LLMError(
-                f"the LLM answered HTTP {response.status_code}: {response.text[:200]}",
+                f"the LLM answered HTTP {response.status_code}: {_preview(body)}",
                 code="llm_http_error",
                 status=502,
                 http_status=response.status_code,
             ), _retry_after(response)
-        return _parse_completion(response), None
+        return _parse_completion(body), None
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
@@ -190,17 +226,32 @@ def _retry_after(response: httpx.Response) -> float | None:
     return seconds if seconds >= 0 else None
 
 
-def _parse_completion(response: httpx.Response) -> str | LLMError:
+async def _read_bounded(response: httpx.Response) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > MAX_ANSWER_BYTES:
+            raise _TooLarge
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _preview(raw: bytes) -> str:
+    return repr(raw[:200].decode("utf-8", "replace"))
+
+
+def _parse_completion(raw: bytes) -> str | LLMError:
     """The first choice's text, or an error saying why the body is not a completion."""
     try:
-        body: Any = response.json()
-    except ValueError:
-        return _bad(f"the LLM answered a body that is not JSON: {response.text[:200]!r}")
+        body: Any = json.loads(raw)
+    except (ValueError, RecursionError):  # not JSON (or not UTF-8), or nested too deep
+        return _bad(f"the LLM answered a body that is not JSON: {_preview(raw)}")
     if not isinstance(body, dict):
         return _bad("the LLM answered JSON that is not an object")
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        return _bad(f"the LLM answer has no choices: {response.text[:200]!r}")
+        return _bad(f"the LLM answer has no choices: {_preview(raw)}")
     message = choices[0].get("message")
     if not isinstance(message, dict):
         return _bad("the LLM answer's first choice has no message")
@@ -232,4 +283,5 @@ def build_llm_client(settings: Settings) -> ChatCompletionsClient | None:
         api_key=key,
         timeout=settings.llm_timeout_seconds,
         max_retries=settings.llm_max_retries,
+        max_in_flight=settings.llm_max_in_flight,
     )

@@ -90,6 +90,14 @@ class OpenAIEmbedder:
             except httpx.TransportError as exc:
                 error = EmbeddingError(f"the embeddings API could not be reached: {exc}",
                                        code="embedding_unavailable", status=503)
+            except httpx.HTTPError as exc:
+                # The answer came, but not as HTTP can read it (a Content-Encoding the
+                # body is not in): a bad response, as a malformed body is, not retried.
+                error = EmbeddingError(f"the embeddings API's answer could not be decoded: "
+                                       f"{exc.__class__.__name__}: {exc}",
+                                       code="embedding_bad_response")
+                _count(started, error.code)
+                raise error from exc
             else:
                 if response.status_code == 200:
                     try:
@@ -125,7 +133,7 @@ class OpenAIEmbedder:
             body: Any = response.json()
             data = sorted(body["data"], key=lambda item: item["index"])
             vectors = [[float(x) for x in item["embedding"]] for item in data]
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
             raise EmbeddingError(f"the embeddings API answered malformed JSON: {exc!r}",
                                  code="embedding_bad_response") from exc
         if len(vectors) != expected:

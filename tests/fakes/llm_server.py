@@ -72,9 +72,11 @@ class Hang:
 
 @dataclass(frozen=True)
 class Garbage:
-    """Answer 200 with a body that is not JSON."""
+    """Answer 200 with a body that is not a completion (bytes as they are, with any
+    extra headers: a Content-Encoding the body is not in, say)."""
 
-    body: str = "<html>this is not json"
+    body: str | bytes = "<html>this is not json"
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,8 @@ class FakeLLMServer:
     def __init__(self, default: Behaviour | None = None) -> None:
         self.default: Behaviour = default or Deterministic()
         self.requests: list[RecordedRequest] = []
+        self.in_flight = 0
+        self.max_in_flight = 0  # the most requests it ever answered at once
         self._script: deque[Behaviour] = deque()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -190,9 +194,16 @@ class _Handler(BaseHTTPRequestHandler):
         fake = self.server.fake
         behaviour = fake._next(RecordedRequest(self.path, self.headers.get("Authorization"), body,
                                                    self.headers.get("X-Request-ID")))
-        # A client that gave up (a timeout test) has nobody left to answer.
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            self._answer(behaviour, body, fake._stopping)
+        with fake._lock:
+            fake.in_flight += 1
+            fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
+        try:
+            # A client that gave up (a timeout test) has nobody left to answer.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self._answer(behaviour, body, fake._stopping)
+        finally:
+            with fake._lock:
+                fake.in_flight -= 1
 
     def _answer(self, behaviour: Behaviour, body: Any, stopping: threading.Event) -> None:
         match behaviour:
@@ -209,8 +220,9 @@ class _Handler(BaseHTTPRequestHandler):
             case Hang(seconds=seconds):
                 stopping.wait(seconds)
                 self._completion("too late")
-            case Garbage(body=text):
-                self._send(200, text.encode())
+            case Garbage(body=text, headers=headers):
+                self._send(200, text if isinstance(text, bytes) else text.encode(),
+                           dict(headers))
             case NoChoices():
                 self._send(200, b'{"id": "x", "object": "chat.completion", "choices": []}')
 

@@ -11,7 +11,7 @@ from sqlalchemy import text
 from app.providers.llm import ChatCompletionsClient
 from app.resources import Resources
 from tests.conftest import TenantKey, make_client
-from tests.fakes.llm_server import Behaviour, Fail, FakeLLMServer, Hang, Reply
+from tests.fakes.llm_server import Behaviour, Fail, FakeLLMServer, Garbage, Hang, Reply
 from tests.integration.consolidation.conftest import (
     consolidate,
     get_memory,
@@ -87,8 +87,10 @@ async def run_with_llm_behaviour(resources: Resources, tenant: TenantKey,
 @pytest.mark.parametrize(
     ("behaviour", "reason"),
     [(Fail(500), "llm_http_error"), (Hang(3.0), "llm_timeout"), (Reply(""), "llm_empty_answer"),
-     (Reply("  \n "), "llm_empty_answer")],
-    ids=["http-500", "timeout", "empty", "blank"],
+     (Reply("  \n "), "llm_empty_answer"),
+     (Garbage(b'{"choices": []}', (("Content-Encoding", "gzip"),)), "llm_bad_response"),
+     (Garbage("[" * 200_000 + "]" * 200_000), "llm_bad_response")],
+    ids=["http-500", "timeout", "empty", "blank", "undecodable", "nested-too-deep"],
 )
 async def test_llm_failures_fall_back_to_concatenation(
     resources: Resources, tenant: TenantKey, llm_server: FakeLLMServer,

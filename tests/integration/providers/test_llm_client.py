@@ -11,7 +11,7 @@ import pytest
 
 from app.consolidation.ops import LLMSynthesis
 from app.consolidation.types import Entry, OpContext
-from app.providers.llm import ChatCompletionsClient, LLMError
+from app.providers.llm import MAX_ANSWER_BYTES, ChatCompletionsClient, LLMError
 from tests.conftest import sample
 from tests.fakes.llm_server import (
     Deterministic,
@@ -142,7 +142,16 @@ async def test_a_timeout_then_an_answer_succeeds(
     assert await client.complete("s", "u") == "Summary: u"
 
 
-@pytest.mark.parametrize("behaviour", [Garbage(), Garbage('["a list"]'), NoChoices()])
+@pytest.mark.parametrize("behaviour", [
+    Garbage(), Garbage('["a list"]'), NoChoices(),
+    # What httpx cannot decode, and JSON too deep for the parser: these escaped as bare
+    # exceptions (DecodingError, RecursionError), failing runs and folds.
+    pytest.param(Garbage(b'{"choices": []}', (("Content-Encoding", "gzip"),)),
+                 id="wrong-content-encoding"),
+    pytest.param(Garbage("[" * 200_000 + "]" * 200_000), id="nested-too-deep"),
+    pytest.param(Garbage(b'{"choices": "caf\xe9"}'), id="not-utf8"),
+    pytest.param(Reply("x" * (MAX_ANSWER_BYTES + 1)), id="larger-than-the-bound"),
+])
 async def test_garbage_is_a_bad_response_and_is_not_retried(
     server: FakeLLMServer, client: ChatCompletionsClient, behaviour: Garbage | NoChoices
 ) -> None:
@@ -189,6 +198,35 @@ async def test_every_call_is_counted_by_outcome_in_the_metrics(
         "ok": 1, "llm_timeout": 1, "llm_connection_error": 0, "llm_http_error": 1,
         "llm_bad_response": 1}
     assert sample("engram_llm_call_seconds_count") - timed == 4
+
+
+async def test_a_retry_after_past_the_longest_wait_is_not_retried(
+    server: FakeLLMServer,
+) -> None:
+    """The server asked for 60 s: the call fails at once (the caller falls back) rather
+    than waiting the client's cap, 8 s, and asking again too soon."""
+    server.script(Fail(429, retry_after=60))
+    async with ChatCompletionsClient(base_url=server.base_url, model="m", timeout=TIMEOUT,
+                                     max_retries=2, backoff_max=0.2) as llm:
+        started = time.monotonic()
+        with pytest.raises(LLMError) as caught:
+            await llm.complete("s", "u")
+
+    assert (caught.value.code, caught.value.http_status) == ("llm_http_error", 429)
+    assert len(server.requests) == 1
+    assert time.monotonic() - started < 0.2
+
+
+async def test_calls_in_flight_are_bounded_for_the_whole_client(
+    server: FakeLLMServer,
+) -> None:
+    server.default = Deterministic(delay=0.1)
+    async with ChatCompletionsClient(base_url=server.base_url, model="m", timeout=2,
+                                     max_in_flight=3) as llm:
+        answers = await asyncio.gather(*(llm.complete("s", f"h\n\n{n}") for n in range(12)))
+
+    assert answers == [f"Summary: {n}" for n in range(12)]
+    assert server.max_in_flight == 3
 
 
 async def test_concurrent_calls_overlap(server: FakeLLMServer) -> None:

@@ -72,6 +72,7 @@ class Hang:
 @dataclass(frozen=True)
 class Garbage:
     body: bytes = b"<html>502 Bad Gateway</html>"
+    content_encoding: str | None = None
 
 
 @dataclass(frozen=True)
@@ -179,8 +180,8 @@ class _Handler(BaseHTTPRequestHandler):
             case Hang(seconds=seconds):
                 self.server.fake.stopping.wait(seconds)
                 self._embeddings([raw_vector(t) for t in inputs])
-            case Garbage(body=payload):
-                self._send(200, payload, content_type="text/html")
+            case Garbage(body=payload, content_encoding=encoding):
+                self._send(200, payload, content_type="text/html", content_encoding=encoding)
             case NoData():
                 self._send(200, b'{"object": "list", "model": "fake", "usage": {}}')
             case WrongDims(dims=dims):
@@ -203,9 +204,12 @@ class _Handler(BaseHTTPRequestHandler):
         }
         self._send(200, json.dumps(payload).encode())
 
-    def _send(self, status: int, payload: bytes, content_type: str = "application/json") -> None:
+    def _send(self, status: int, payload: bytes, content_type: str = "application/json",
+              content_encoding: str | None = None) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
+        if content_encoding is not None:
+            self.send_header("Content-Encoding", content_encoding)
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
         self.wfile.write(payload)
@@ -437,8 +441,10 @@ async def test_an_unreachable_server_is_embedding_unavailable() -> None:
 
 @pytest.mark.parametrize(
     "behaviour",
-    [Garbage(), Garbage(b""), NoData(), WrongDims(1536), WrongDims(383), Fewer(), ZeroVector()],
-    ids=["html", "empty-body", "no-data", "too-wide", "too-narrow", "fewer-vectors", "zero-vector"],
+    [Garbage(), Garbage(b""), NoData(), WrongDims(1536), WrongDims(383), Fewer(), ZeroVector(),
+     Garbage(b'{"data": []}', content_encoding="gzip"), Garbage(b"[" * 100_000 + b"]" * 100_000)],
+    ids=["html", "empty-body", "no-data", "too-wide", "too-narrow", "fewer-vectors", "zero-vector",
+         "wrong-content-encoding", "nested-too-deep"],
 )
 async def test_a_malformed_answer_is_embedding_bad_response(
     server: FakeEmbeddingsServer, embedder: OpenAIEmbedder, behaviour: Behaviour
