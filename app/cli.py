@@ -21,6 +21,9 @@ from app.settings import Settings, format_settings_error
 from app.tenants.rate_limit import RateLimit
 
 if TYPE_CHECKING:
+    from types import FrameType
+
+    from app.service.shutdown import ShutdownSignal
     from app.tenants.repository import LimitChange, TenantSummary
 
 
@@ -42,8 +45,9 @@ def serve(settings: Settings) -> int:
     from app.main import create_app
 
     log_format.configure(settings.log_level, settings.log_format)
-    uvicorn.run(
-        create_app(settings),
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
@@ -54,6 +58,16 @@ def serve(settings: Settings) -> int:
         http="httptools",
         log_config=None,
     )
+    signal: ShutdownSignal = app.state.shutdown_signal
+
+    class SignalledServer(uvicorn.Server):
+        """uvicorn's server, telling the app when a signal asks it to stop."""
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            super().handle_exit(sig, frame)
+            signal.received()
+
+    SignalledServer(config).run()
     return 0
 
 

@@ -27,10 +27,15 @@ from app.service.head import HeadAsGetMiddleware
 from app.service.metrics import MetricsMiddleware
 from app.service.request_id import RequestIdMiddleware
 from app.service.router import router as service_router
-from app.service.shutdown import CUT_ANSWER_SECONDS, RequestsInFlight, ShutdownCutMiddleware
+from app.service.shutdown import (
+    CUT_ANSWER_SECONDS,
+    RequestsInFlight,
+    ShutdownCutMiddleware,
+    ShutdownSignal,
+)
 from app.sessions.router import router as sessions_router
 from app.settings import Settings
-from app.worker.lifecycle import start_background_work
+from app.worker.lifecycle import WORKER_GRACE_SECONDS, start_background_work
 
 log = logging.getLogger("engram")
 
@@ -70,6 +75,7 @@ def create_app(settings: Settings | None = None, resources: Resources | None = N
     """Build the app. Given `resources` (tests), the lifespan neither opens nor closes them."""
     settings = settings or (resources.settings if resources else Settings())
     in_flight = RequestsInFlight()
+    shutdown_signal = ShutdownSignal()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -89,6 +95,17 @@ def create_app(settings: Settings | None = None, resources: Resources | None = N
             opened.background.append(asyncio.create_task(
                 keep_running(opened.embedded, settings.embedded_watch_seconds)))
         background = await start_background_work(opened)
+        # Signalled, the jobs stop within the requests' own grace (app/service/shutdown.py).
+        signalled = shutdown_signal.bind()
+        grace = settings.shutdown_grace_seconds or WORKER_GRACE_SECONDS
+
+        async def stop_when_signalled() -> None:
+            await signalled.wait()
+            log.info("stopping: no new background job is taken; those running get %.0f s",
+                     grace)
+            await background.stop(grace)
+
+        stopping = asyncio.create_task(stop_when_signalled())
         freeze_startup_objects()
         log.info("engram ready at http://%s:%d (database: %s, embedder: %s, %s)",
                  settings.host, settings.port, opened.database_label, opened.embedder.name,
@@ -102,11 +119,16 @@ def create_app(settings: Settings | None = None, resources: Resources | None = N
                 log.warning("%d request(s) cut by the shutdown did not answer within %.0f s; "
                             "their connections close unanswered", in_flight.count,
                             CUT_ANSWER_SECONDS)
-            await background.stop()
+            if signalled.is_set():
+                await stopping
+            else:
+                stopping.cancel()
+                await background.stop()
             await opened.close()
 
     app = FastAPI(title="Engram", version="0.1.0", description=API_DESCRIPTION,
                   lifespan=lifespan)
+    app.state.shutdown_signal = shutdown_signal
     if resources is not None:
         app.state.resources = resources
     install_error_handlers(app, authenticate=refuse_unknown_key)

@@ -63,6 +63,30 @@ class RequestsInFlight:
         return True
 
 
+class ShutdownSignal:
+    """Told when the process is asked to stop (SIGTERM, SIGINT), before uvicorn starts
+    letting the requests in flight finish: the background jobs are stopped from then on,
+    beside the requests, within the same grace. Told only at the app's shutdown, as
+    uvicorn does, the workers' own grace came after the requests' (20 s + 10 s, past the
+    30 s a supervisor waits)."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._event: asyncio.Event | None = None
+
+    def bind(self) -> asyncio.Event:
+        """The event set when the signal comes; in the app's lifespan, on its loop."""
+        self._loop = asyncio.get_running_loop()
+        self._event = asyncio.Event()
+        return self._event
+
+    def received(self) -> None:
+        """From the signal handler (app/cli.py), which may run between any two bytecodes
+        of the loop's thread: the event is set by the loop itself."""
+        if self._loop is not None and self._event is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._event.set)
+
+
 class ShutdownCutMiddleware:
     """Pure ASGI, like the metrics layer: no task per request on the hot path."""
 

@@ -22,12 +22,18 @@ log = logging.getLogger("engram.worker")
 SWEEP_SECONDS = 60.0
 
 
+WORKER_GRACE_SECONDS = 10.0
+"""How long the jobs running get to finish when the app shuts down without a signal first,
+or with ENGRAM_SHUTDOWN_GRACE_SECONDS 0."""
+
+
 @dataclass
 class BackgroundWork:
     workers: list[Worker]
 
-    async def stop(self) -> None:
-        await asyncio.gather(*(worker.stop() for worker in self.workers))
+    async def stop(self, grace_seconds: float = WORKER_GRACE_SECONDS) -> None:
+        """Stop taking jobs, and give the running ones `grace_seconds` to finish."""
+        await asyncio.gather(*(worker.stop(grace_seconds) for worker in self.workers))
 
 
 async def _sweep_loop(resources: Resources) -> None:

@@ -36,6 +36,7 @@ from tests.conftest import (
     make_client,
     memories_locked,
 )
+from tests.fakes.llm_server import FakeLLMServer, Hang
 
 pytestmark = pytest.mark.slow
 
@@ -898,6 +899,54 @@ async def test_a_request_still_waiting_for_a_slot_when_the_shutdown_cuts_it_is_a
     assert service.log.count("POST /v1/memories cut by the shutdown before it finished") == 2
     assert "Exception in ASGI application" not in service.log, service.log
     assert "Traceback" not in service.log, service.log
+
+
+async def test_running_jobs_and_requests_share_one_grace_on_sigterm(
+    start_service: Callable[..., Service], database_url: str,
+) -> None:
+    """A background job (an async llm run) and a request (a synchronous one), both held
+    by an LLM that never answers: the jobs stop within the requests' own grace from the
+    SIGTERM. The workers' 10 s came after the requests' grace (20 + 10 s by default, past
+    the 30 s a supervisor waits before SIGKILL)."""
+    grace = 3.0
+    with FakeLLMServer(default=Hang(seconds=120)) as llm:
+        service = start_service(1, ENGRAM_DATABASE_URL=database_url,
+                                ENGRAM_SHUTDOWN_GRACE_SECONDS=f"{grace:g}",
+                                ENGRAM_LLM_BASE_URL=llm.base_url, ENGRAM_LLM_MAX_RETRIES="0",
+                                ENGRAM_LLM_TIMEOUT_SECONDS="120")
+        service.wait_ready()
+        async with httpx.AsyncClient(base_url=service.base_url, timeout=60) as client:
+            for user in ("job-user", "request-user"):
+                seeded = await client.post("/v1/memories/batch", json={"items": [
+                    {"content": f"{user} note {n}", "user_id": user} for n in range(4)]})
+                assert seeded.status_code == 201, seeded.text
+            queued = await client.post("/v1/consolidations", json={
+                "user_id": "job-user", "strategy": "llm", "async": True})
+            assert queued.status_code == 202, queued.text
+            for _ in range(600):  # the job's call is under way
+                if llm.requests:
+                    break
+                await asyncio.sleep(0.05)
+            pending = asyncio.create_task(client.post("/v1/consolidations", json={
+                "user_id": "request-user", "strategy": "llm"}))
+            for _ in range(600):  # and the request's
+                if len(llm.requests) >= 2:
+                    break
+                await asyncio.sleep(0.05)
+            assert len(llm.requests) == 2, service.log
+
+            signalled = time.monotonic()
+            service.process.send_signal(signal.SIGTERM)
+            status = await exit_status(service, 60)
+            took = time.monotonic() - signalled
+            cut = await pending
+
+    assert status in (0, -signal.SIGTERM), service.log
+    assert cut.status_code == 503, cut.text
+    assert cut.json()["type"].endswith("/shutting_down")
+    # The grace, then the group's own bounded unwinding: not the grace and 10 s more.
+    assert took < grace + 5, (took, service.log)
+    assert "no new background job is taken; those running get 3 s" in service.log
 
 
 async def test_a_search_cut_while_its_database_never_answers_still_lets_the_service_stop(

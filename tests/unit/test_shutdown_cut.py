@@ -10,7 +10,7 @@ import pytest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.errors import COMMIT_CUT
-from app.service.shutdown import RequestsInFlight, ShutdownCutMiddleware
+from app.service.shutdown import RequestsInFlight, ShutdownCutMiddleware, ShutdownSignal
 
 SCOPE: Scope = {"type": "http", "method": "POST", "path": "/v1/memories", "headers": []}
 
@@ -144,3 +144,14 @@ async def test_the_wait_for_none_left_ends_with_the_last_answer_or_at_its_bound(
     assert await waiting
     assert in_flight.count == 0
     assert [sent[0]["status"] for sent in await asyncio.gather(*requests)] == [503, 503]
+
+
+async def test_the_shutdown_signal_sets_its_event_on_the_loop() -> None:
+    signal = ShutdownSignal()
+    signal.received()  # before the app started: nothing to tell yet
+
+    event = signal.bind()
+    assert not event.is_set()
+    signal.received()
+    signal.received()  # a second signal changes nothing
+    await asyncio.wait_for(event.wait(), 1)
