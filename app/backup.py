@@ -21,6 +21,8 @@ from pathlib import Path
 
 from sqlalchemy import make_url
 
+from app.destination import check_destination
+
 _CHUNK = 1 << 16
 
 # Every schema goes (public, the queue's), so nothing of the replaced contents stays
@@ -85,6 +87,7 @@ class BackupReport:
 
 
 async def backup(url: str, path: Path) -> BackupReport:
+    check_destination(path)
     started = time.monotonic()
     partial = path.with_name(f".{path.name}.partial")
     try:

@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 import time
+import unicodedata
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -397,6 +398,10 @@ def _bounded_name(value: str) -> str:
     value = value.strip()
     if not 1 <= len(value) <= 100:
         raise argparse.ArgumentTypeError("must be 1 to 100 characters")
+    if any(unicodedata.category(c) == "Cc" for c in value):
+        # A line break in a name split its row of `keys list` and `tenants list` in two.
+        raise argparse.ArgumentTypeError("must not hold control characters (line breaks, "
+                                         "tabs, NUL)")
     return value
 
 
@@ -511,7 +516,7 @@ def build_parser() -> argparse.ArgumentParser:
     again = sub.add_parser(
         "reembed", help="re-embed every stored memory with the configured embedder (after "
                         "changing it); the service must be stopped")
-    again.add_argument("--batch-size", type=int, default=256, choices=range(1, 4097),
+    again.add_argument("--batch-size", type=_batch_size, default=256,
                        metavar="1..4096", help="memories per transaction (default 256)")
     saved = sub.add_parser(
         "backup", help="write a consistent snapshot of the whole database to FILE "
@@ -551,11 +556,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
+def _batch_size(text: str) -> int:
+    """1 to 4096 (argparse's choices=range listed all 4,096 in the error)."""
+    try:
+        size = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 1 <= size <= 4096:
+        raise argparse.ArgumentTypeError(f"{size} is not between 1 and 4096")
+    return size
+
+
 def _describe(exc: BaseException) -> str:
     from sqlalchemy.exc import DBAPIError
 
     if isinstance(exc, DBAPIError) and exc.orig is not None:
         exc = exc.orig
+    if isinstance(exc, OSError) and exc.filename is not None:
+        # A file's error (a socket's names no file): it was said to be the database's.
+        where = str(exc.filename) + (f" -> {exc.filename2}" if exc.filename2 else "")
+        return f"{where}: {exc.strerror or exc}"
     if isinstance(exc, OSError | ConnectionError):
         return f"the database could not be reached ({exc})"
     first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""

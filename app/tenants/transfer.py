@@ -33,6 +33,7 @@ from typing import Any
 from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from app.destination import check_destination
 from app.embedding_space.repository import EmbeddingSpaceRepository
 from app.embedding_space.service import refuse_while_serving
 from app.errors import Conflict, NotFound
@@ -78,6 +79,7 @@ class TransferReport:
 
 async def export_tenant(engine: AsyncEngine, name: str, path: Path) -> TransferReport:
     """Write the tenant named `name` to `path`."""
+    check_destination(path)
     started = time.monotonic()
     partial = path.with_name(f".{path.name}.partial")
     async with engine.connect() as conn:

@@ -310,6 +310,50 @@ async def test_an_overlong_tenant_name_is_a_one_line_error_not_a_traceback(
     assert "1 to 100 characters" in lines[1]
 
 
+@pytest.mark.parametrize(("args", "says"), [
+    pytest.param(("keys", "create", "--tenant", "two\nlines"), "control characters",
+                 id="tenant-name-with-a-line-break"),
+    pytest.param(("tenants", "suspend", "tab\there"), "control characters",
+                 id="tenant-name-with-a-tab"),
+    pytest.param(("reembed", "--batch-size", "0"), "0 is not between 1 and 4096",
+                 id="batch-size-out-of-range"),
+])
+async def test_bad_arguments_are_a_short_usage_error(
+    database_url: str, args: tuple[str, ...], says: str,
+) -> None:
+    """A line break in a tenant name split its row of `keys list` in two; a batch size
+    out of range printed all 4,096 allowed values (~25 KB)."""
+    result = await cli(database_url, *args)
+
+    assert result.returncode == 2, result.stderr
+    lines = meaningful_lines(result.stderr)
+    assert lines[0].startswith("usage:"), result.stderr
+    assert says in lines[-1], result.stderr
+    assert len(result.stderr) < 1000
+
+
+@pytest.mark.parametrize("command", ["backup", "export"])
+async def test_a_destination_that_cannot_be_written_is_refused_before_the_dump(
+    database_url: str, tmp_path: Path, command: str,
+) -> None:
+    """It was written whole beside the destination, then deleted, and the error said the
+    database could not be reached."""
+    created = await cli(database_url, "keys", "create", "--tenant", "dest-check")
+    assert created.returncode == 0, created.stderr
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+    args = {"backup": ("backup",), "export": ("tenants", "export", "dest-check")}[command]
+    for target, says in ((folder, f"{folder}: is a folder, not a file"),
+                         (tmp_path / "missing" / "out.dump",
+                          f"{tmp_path / 'missing'}: no such folder")):
+        result = await cli(database_url, *args, str(target))
+
+        assert result.returncode == 1, result.stderr
+        assert meaningful_lines(result.stderr) == [f"engram: {args[0]} failed: {says}"]
+    assert sorted(os.listdir(tmp_path)) == ["a-folder"]
+    assert os.listdir(folder) == []
+
+
 def test_migrate_against_an_unreachable_database_is_a_short_error() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
