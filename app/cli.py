@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
 import os
+import socket
 import sys
 import time
 import unicodedata
@@ -41,6 +43,14 @@ def serve(settings: Settings) -> int:
     if problem:
         print(f"engram: {problem}", file=sys.stderr)
         return 2
+    taken = _cannot_listen(settings.host, settings.port)
+    if taken:
+        # uvicorn binds only after the app has started: the service said it was ready,
+        # started its workers (which could take a job) and its embedded server, then
+        # failed. uvicorn's own exit status for a failed start.
+        print(f"engram: cannot listen on {settings.host}:{settings.port}: {taken}",
+              file=sys.stderr)
+        return 3
     import uvicorn
 
     from app.main import create_app
@@ -554,6 +564,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         # An operator's command: one line saying what failed, not a traceback.
         print(f"engram: {args.command} failed: {_describe(exc)}", file=sys.stderr)
         return 1
+
+
+def _cannot_listen(host: str, port: int) -> str | None:
+    """Why the service could not listen on host:port, if a bind of every address it
+    resolves to says so now (SO_REUSEADDR, as uvicorn binds)."""
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                       flags=socket.AI_PASSIVE)
+    except OSError as exc:
+        return str(exc)
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRNOTAVAIL:
+                    continue  # a family this host lacks: asyncio skips it too
+                return exc.strerror or str(exc)
+    return None
 
 
 def _batch_size(text: str) -> int:

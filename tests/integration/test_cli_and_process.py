@@ -393,6 +393,22 @@ def test_refuses_to_serve_unauthenticated_on_all_interfaces() -> None:
     assert "0.0.0.0" in lines[0]
 
 
+def test_a_port_already_taken_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    """uvicorn binds after the app's start-up: the service logged it was ready, started
+    its workers and its embedded server, and only then failed."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_sync("serve", env=base_env(ENGRAM_PORT=str(port),
+                                                ENGRAM_DATA_DIR=str(tmp_path / "data")))
+
+    assert result.returncode == 3, result.stderr
+    assert meaningful_lines(result.stderr) == [
+        f"engram: cannot listen on 127.0.0.1:{port}: Address already in use"]
+    assert not (tmp_path / "data").exists()  # no embedded server was started
+
+
 # The real service on the embedded database ----------------------------------------------
 
 
