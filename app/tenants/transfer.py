@@ -79,7 +79,10 @@ class TransferReport:
 
 async def export_tenant(engine: AsyncEngine, name: str, path: Path) -> TransferReport:
     """Write the tenant named `name` to `path`."""
-    check_destination(path)
+    try:
+        check_destination(path)
+    except OSError as exc:
+        raise TransferError(f"cannot write {exc.filename}: {exc.strerror}") from None
     started = time.monotonic()
     partial = path.with_name(f".{path.name}.partial")
     async with engine.connect() as conn:

@@ -343,13 +343,14 @@ async def test_a_destination_that_cannot_be_written_is_refused_before_the_dump(
     folder = tmp_path / "a-folder"
     folder.mkdir()
     args = {"backup": ("backup",), "export": ("tenants", "export", "dest-check")}[command]
+    said = {"backup": "engram: backup failed: {}", "export": "engram: cannot write {}"}
     for target, says in ((folder, f"{folder}: is a folder, not a file"),
                          (tmp_path / "missing" / "out.dump",
                           f"{tmp_path / 'missing'}: no such folder")):
         result = await cli(database_url, *args, str(target))
 
         assert result.returncode == 1, result.stderr
-        assert meaningful_lines(result.stderr) == [f"engram: {args[0]} failed: {says}"]
+        assert meaningful_lines(result.stderr) == [said[command].format(says)]
     assert sorted(os.listdir(tmp_path)) == ["a-folder"]
     assert os.listdir(folder) == []
 

@@ -326,7 +326,7 @@ async def test_the_command_reembeds_once_and_refuses_beside_the_service(
                                      "(engram (1))")
     bad = await cli(url, "reembed", "--batch-size", "0")
     assert bad.returncode == 2
-    assert "argument --batch-size: invalid choice: 0" in bad.stderr
+    assert "argument --batch-size: 0 is not between 1 and 4096" in bad.stderr
 
 
 async def test_the_command_stopped_by_a_failing_endpoint_goes_on_when_run_again(
