@@ -112,8 +112,23 @@ _OBJECT_START = (
     r"our|my|your|his|her|their|this|that|these|those|what|everything|it|all|me|us|today|"
     r"yesterday|tonight|last|earlier|recent|previous|so far|[a-z]+'s)\b)"
 )
+# Words that make a clause a statement or a question about the thing, not a request to
+# summarise it: "recap tool is broken", "the Falcon summary was wrong".
+_NOT_A_TOPIC = (
+    r"(?:is|are|was|were|be|been|being|am|do|does|did|has|have|had|can|could|will|would|"
+    r"should|shall|may|might|must|not|[a-z]+n't|isnt|arent|wasnt|doesnt|didnt|wont|cant)\b"
+)
+_TOPIC_WORD = rf"(?!{_NOT_A_TOPIC})[a-z0-9][\w'&.+-]*"
+_PRONOUN = r"(?:i|we|you|he|she|they|it|someone|somebody|nobody|everyone)"
+_DETERMINER = r"(?:the|a|an|this|that|these|those|my|our|your|his|her|their|its)"
+# A short topic closing the clause, as an object: "recap Project Falcon", "tl;dr falcon
+# please", "sum up project falcon for me".
+_SHORT_TOPIC = (
+    rf"(?=\s+{_TOPIC_WORD}(?:\s+{_TOPIC_WORD}){{0,3}}"
+    r"(?:\s+(?:please|pls|for\s+(?:me|us)))?\s*$)"
+)
 _ARITHMETIC = (
-    r"(?!\s+(?:the\s+|these\s+|those\s+|all\s+(?:the\s+)?)?(?:[a-z]+\s+)?"
+    r"(?!\s+(?:the\s+|these\s+|those\s+|all\s+(?:the\s+)?)?(?:[a-z0-9]+\s+)?"
     r"(?:numbers|totals?|amounts?|values|"
     r"costs?|columns?|rows|figures|expenses|prices|scores|hours|digits|points)\b)"
 )
@@ -156,9 +171,10 @@ _RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = tuple(
     for name, pattern in (
         (
             "summarise_verb",
-            rf"{_LEAD}(?:summari[sz]e\b|(?:recap|recapitulate|tldr)\b{_OBJECT_START}|"
+            rf"{_LEAD}(?:summari[sz]e\b|(?:recap|recapitulate|tldr)\b"
+            rf"(?:{_OBJECT_START}|{_SHORT_TOPIC})|"
             rf"sum\s+(?:(?:it|this|that|things|everything|all\s+(?:this|that))\s+)?up\b"
-            rf"{_ARITHMETIC}{_OBJECT_START}|"
+            rf"{_ARITHMETIC}(?:{_OBJECT_START}|{_SHORT_TOPIC})|"
             rf"(?:condense|boil\s+down)\s+{_CONVO_OBJECT})",
         ),
         (
@@ -174,7 +190,16 @@ _RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = tuple(
             rf"share|do|put\s+together|pull\s+together|compile|need|want|like|love|have|see|"
             rf"could\s+use)\s+(?:me\s+|us\s+)?{_DET}{_ADJ}{_NOUN}{_AFTER_REQUESTED_NOUN}",
         ),
-        ("noun_phrase", rf"^{_INTERJ}{_ADVERB}(?:(?:a|an)\s+)?{_ADJ}{_NOUN}{_AFTER_NOUN}"),
+        ("noun_phrase",
+         rf"^{_INTERJ}{_ADVERB}(?:(?:a|an|any)\s+)?{_ADJ}{_NOUN}{_AFTER_NOUN}"),
+        (
+            # "Project Falcon summary", "the Q3 overview": a topic, then the noun, ending
+            # the clause. Not a sentence about one: no subject pronoun first, and no
+            # determiner after the first word ("I read the recap", "Bob sent a summary").
+            "topic_noun",
+            rf"^{_INTERJ}(?!{_QUESTION_START[1:]}|{_PRONOUN}\b){_TOPIC_WORD}\s+"
+            rf"(?:(?!{_DETERMINER}\b){_TOPIC_WORD}\s+){{0,3}}{_NOUN}\s*(?:please|pls)?$",
+        ),
         (
             "what_is_summary",
             rf"^{_INTERJ}what(?:'s|s|\s+is|\s+was|\s+are|\s+were|\s+would\s+be)\s+"

@@ -73,6 +73,18 @@ SUMMARY_REQUESTS = [
     "what was discussed at the standup today",
     "what have we been talking about all week",
     "take me back through our conversation from Monday",
+    # A topic named plainly, with no article or possessive to start the object (found by
+    # an exploratory probe: each was "regular", its summary halved and ranked 4th-6th).
+    "Can you recap Project Falcon?",
+    "Recap Project Falcon",
+    "Recap Falcon please",
+    "Sum up Project Falcon",
+    "tl;dr Project Falcon",
+    "Can you recap project falcon for me?",
+    "Project Falcon summary",
+    "Project Falcon overview",
+    "Any summary of Project Falcon?",
+    "the Q3 overview",
 ]
 
 # Questions that contain a summary word in another sense, or ask for one fact.
@@ -134,6 +146,14 @@ REGULAR_QUERIES = [
     "who gave the overview of the design?",
     "highlight the differences between v1 and v2",
     "what's the catch",
+    # Beside the plainly named topics above: statements and questions about a summary.
+    "I read the recap",
+    "Bob sent a summary",
+    "sum up Q3 costs",
+    "is the Falcon summary ready?",
+    "the Falcon summary was wrong",
+    "Falcon summary statistics",
+    "recap video isn't loading",
 ]
 
 
