@@ -15,6 +15,7 @@ from sqlalchemy import (
     Result,
     Table,
     and_,
+    case,
     delete,
     func,
     insert,
@@ -163,11 +164,17 @@ class MemoryRepository:
         await self.session.execute(insert(_TABLE).returning(_TABLE.c.id), params)
 
     async def update(self, memory_id: uuid.UUID, values: dict[str, Any]) -> dict[str, Any] | None:
-        """The changed memory's answer columns (`ANSWER`), or None when absent or expired."""
+        """The changed memory's answer columns (`ANSWER`), or None when absent or expired.
+
+        `updated_at` moves only when a field really changes: the history trigger records
+        a version only then, and the next version starts at `updated_at`, so a PATCH that
+        changed nothing left a stretch that no version of the history covered."""
+        changed = or_(*(getattr(Memory, name).is_distinct_from(value)
+                        for name, value in values.items() if name != "embedding"))
         stmt = (
             update(Memory)
             .where(and_(Memory.tenant_id == self.tenant_id, Memory.id == memory_id), live())
-            .values(**values, updated_at=func.now())
+            .values(**values, updated_at=case((changed, func.now()), else_=Memory.updated_at))
             .returning(*ANSWER)
             .execution_options(synchronize_session=False)
         )

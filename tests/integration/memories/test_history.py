@@ -84,6 +84,23 @@ async def test_a_change_that_changes_nothing_and_archiving_keep_no_version(
     assert versions == 0
 
 
+async def test_a_change_that_changes_nothing_leaves_no_gap_in_the_timeline(
+    client: httpx.AsyncClient,
+) -> None:
+    """It kept no version but moved updated_at, where the next version starts: from its
+    time to the next change, no state of the history covered the memory."""
+    first = await create(client, content="A", tags=["t"], metadata={"k": [1, {"x": None}]})
+    second = await patch(client, first["id"], content="B")
+    same = await patch(client, first["id"], content="B", tags=["t"],
+                       metadata={"k": [1, {"x": None}]}, expires_at=None)
+    assert same == second
+    await patch(client, first["id"], content="C")
+
+    newer, older = (await history(client, first["id"]))["items"]
+    assert (older["content"], newer["content"]) == ("A", "B")
+    assert older["replaced_at"] == newer["valid_from"] == second["updated_at"]
+
+
 async def test_history_pages_with_a_cursor(client: httpx.AsyncClient) -> None:
     memory = await create(client)
     for n in range(5):
