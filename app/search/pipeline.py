@@ -24,15 +24,17 @@ from app.search.types import SearchContext
 
 @dataclass(frozen=True, slots=True)
 class PipelineConfig:
-    """Every weight of the pure stages; the service builds it from Settings.
+    """Every weight of the pure stages; the service builds it from Settings, whose
+    values it runs with (rrf_k 2 and text weight 0.5, chosen by bench/retrieval_eval.py's
+    sweep against PostgreSQL's own ranking: README, Search). The defaults here are the
+    first sweep's, which the unit tests' orderings are written against.
 
-    Fusion defaults come from the sweep in bench/retrieval_baselines.py (RRF of
+    That first sweep was bench/retrieval_baselines.py (RRF of
     Okapi BM25 and MiniLM over the generated conversations): equal-weight RRF
     with k=60 over 50-deep lists fell below dense retrieval alone, because
     middling ranks in both lists outscored a first place in one. k=10 with the
     text list at 0.75 over lists about top_k deep was within a point of the
-    best setting for each index text tried. Re-tune against PostgreSQL's
-    full-text ranking with bench/retrieval_eval.py.
+    best setting for each index text tried.
 
     Importance and recency only reorder near-ties: at k=10 the gap between
     first and second place in one list is about 0.05 of the fused score, more
