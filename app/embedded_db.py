@@ -251,15 +251,16 @@ def start_embedded(
     shared = shared_buffers_mb or shared_default
     maintenance = maintenance_work_mem_mb or maintenance_default
     current = _psql(server, "SHOW shared_buffers;")
-    if f"{shared}MB" not in current.replace(" ", "") and _shared_buffers_mb(current) != shared:
+    if f"{shared}MB" not in current.replace(" ", "") and _setting_mb(current) != shared:
         _psql(
             server,
             f"ALTER SYSTEM SET shared_buffers = '{shared}MB';"
             f"ALTER SYSTEM SET maintenance_work_mem = '{maintenance}MB';"
             # The vector index build runs in parallel workers when it can.
-            "ALTER SYSTEM SET max_parallel_maintenance_workers = 2;",
+            f"ALTER SYSTEM SET max_parallel_maintenance_workers = {PARALLEL_WORKERS};",
         )
         _restart(server)
+    _fit_parallel_builds(server)
     _psql(server, f"SELECT 'CREATE DATABASE {DATABASE_NAME}' WHERE NOT EXISTS "
                   f"(SELECT FROM pg_database WHERE datname = '{DATABASE_NAME}')\\gexec")
     socket_dir = server.get_postmaster_info().socket_dir
@@ -267,7 +268,51 @@ def start_embedded(
     return EmbeddedPostgres(pgdata=pgdata, server=server, url=url)
 
 
-def _shared_buffers_mb(show_output: str) -> int | None:
+PARALLEL_WORKERS = 2
+"""The vector index build's parallel workers, where /dev/shm holds their shared segment."""
+
+
+def parallel_workers_for(maintenance_mb: int, shm_bytes: int | None) -> int:
+    """Parallel workers for index builds. pgvector's parallel HNSW build shares a segment
+    as large as maintenance_work_mem, which PostgreSQL makes in /dev/shm; a container's
+    (Docker's default is 64 MiB) smaller than that fails the build ("could not resize
+    shared memory segment ... No space left on device": a reembed's, a restore's), where
+    a serial build, in the backend's own memory, only takes longer. Unknown: as before."""
+    if shm_bytes is None:
+        return PARALLEL_WORKERS
+    return PARALLEL_WORKERS if shm_bytes >= maintenance_mb * 2**20 * 5 // 4 else 0
+
+
+def _shm_bytes() -> int | None:
+    try:
+        stat = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    return stat.f_blocks * stat.f_frsize
+
+
+def _fit_parallel_builds(server: Any) -> None:
+    """At every start: the machine (a container's /dev/shm) may have changed since the
+    settings were first written."""
+    maintenance = _setting_mb(_psql(server, "SHOW maintenance_work_mem;"))
+    if maintenance is None:
+        return
+    shm = _shm_bytes()
+    workers = parallel_workers_for(maintenance, shm)
+    shown = [line.strip() for line in
+             _psql(server, "SHOW max_parallel_maintenance_workers;").splitlines()]
+    if str(workers) in shown:
+        return
+    _psql(server, f"ALTER SYSTEM SET max_parallel_maintenance_workers = {workers};"
+                  "SELECT pg_reload_conf();")
+    if workers == 0:
+        log.warning("/dev/shm holds %d MiB, less than the %d MiB a parallel index build "
+                    "shares (maintenance_work_mem): index builds run serially (give a "
+                    "container more, e.g. docker run --shm-size=%dm)", (shm or 0) // 2**20,
+                    maintenance, maintenance * 2)
+
+
+def _setting_mb(show_output: str) -> int | None:
     for line in show_output.splitlines():
         token = line.strip()
         if token.endswith("MB") and token[:-2].isdigit():

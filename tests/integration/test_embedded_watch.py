@@ -14,12 +14,16 @@ from pathlib import Path
 import psutil
 import pytest
 
+from app import embedded_db
 from app.embedded_db import (
     HANDLES,
+    PARALLEL_WORKERS,
     EmbeddedPostgres,
     _clear_stale_locks,
     _forget_dead_handles,
+    _psql,
     keep_running,
+    parallel_workers_for,
 )
 from tests.conftest import sample
 
@@ -124,3 +128,39 @@ def test_a_handle_list_with_only_live_users_is_left_as_it_is(tmp_path: Path) -> 
 
     assert (json.loads(handles.read_text()), handles.stat().st_mtime_ns) == ([os.getpid()],
                                                                              before)
+
+
+@pytest.mark.parametrize(("maintenance_mb", "shm_mib", "workers"), [
+    (256, 24 * 1024, 2),  # this machine: parallel builds
+    (256, 64, 0),  # Docker's default /dev/shm under the 256 MiB segment: serial
+    (1024, 1280, 2), (1024, 1279, 0),  # a quarter's headroom over the segment
+])
+def test_index_builds_run_in_parallel_only_where_dev_shm_holds_their_segment(
+    maintenance_mb: int, shm_mib: int, workers: int,
+) -> None:
+    """A parallel HNSW build shares a segment of maintenance_work_mem in /dev/shm, and a
+    container's 64 MiB failed it ("could not resize shared memory segment")."""
+    assert parallel_workers_for(maintenance_mb, shm_mib * 2**20) == workers
+    assert parallel_workers_for(maintenance_mb, None) == PARALLEL_WORKERS
+
+
+def test_a_start_on_a_small_dev_shm_turns_parallel_builds_off_and_a_larger_one_on(
+    embedded_pg: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What each start does (the suite's server has 256 MiB of maintenance memory): a
+    container's 64 MiB /dev/shm, then the room back."""
+
+    def workers() -> str:
+        shown = _psql(embedded_pg.server, "SHOW max_parallel_maintenance_workers;")
+        return [line.strip() for line in shown.splitlines()][2]
+
+    try:
+        monkeypatch.setattr(embedded_db, "_shm_bytes", lambda: 64 * 2**20)
+        embedded_db._fit_parallel_builds(embedded_pg.server)
+        assert workers() == "0"
+        monkeypatch.setattr(embedded_db, "_shm_bytes", lambda: 24 * 2**30)
+        embedded_db._fit_parallel_builds(embedded_pg.server)
+        assert workers() == str(PARALLEL_WORKERS)
+    finally:
+        monkeypatch.undo()
+        embedded_db._fit_parallel_builds(embedded_pg.server)
