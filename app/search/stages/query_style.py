@@ -14,7 +14,9 @@ The rules, by name (see `_RULES`):
   optionally after a polite lead-in ("hey, could you please ...",
   "I'd like you to ...", "let's ..."). Ambiguous words (recap, sum up) must be
   followed by what such a request takes (the, our, what, yesterday, of, end of
-  clause ...), so "recap tool" or "sum up the invoice totals" do not count.
+  clause ...) or by a short topic closing the clause ("recap Project Falcon",
+  "tl;dr falcon please"; no auxiliary or negation in it), so "recap tool is
+  broken" or "sum up the invoice totals" do not count.
 - `catch_up`: catch me up, fill me in, bring/get me up to speed, brief me.
 - `request_noun`: a request verb + a summary noun: "give me a quick recap of",
   "can I get an overview", "I'd love the tl;dr". The noun must end the clause
@@ -23,6 +25,9 @@ The rules, by name (see `_RULES`):
 - `noun_phrase`: the whole clause is a summary noun phrase: "summary of
   yesterday", "quick recap please", "key points of our conversation". No
   leading "the", so a statement like "the summary of X was wrong" is not one.
+- `topic_noun`: a short topic, then a summary noun, ending the clause: "Project
+  Falcon summary", "the Q3 overview"; not after a question word or a subject
+  pronoun, and no determiner after its first word ("I read the recap").
 - `what_is_summary`: "what's the gist", "what were the key points of our
   conversation", "what is the summary of the Q3 report" (same noun guard).
 - `discussion_recall`: "what did we discuss / talk about / cover", "what were
