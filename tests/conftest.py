@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import shutil
 import signal
 import tempfile
 import uuid
@@ -46,6 +47,8 @@ def embedded_pg() -> Iterator[EmbeddedPostgres]:
                         cleanup_mode="delete")
     yield pg
     pg.stop()
+    # The package deletes pgdata; its folder, made here, is ours to remove.
+    shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
