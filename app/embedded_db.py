@@ -255,11 +255,11 @@ def start_embedded(
         _psql(
             server,
             f"ALTER SYSTEM SET shared_buffers = '{shared}MB';"
-            f"ALTER SYSTEM SET maintenance_work_mem = '{maintenance}MB';"
-            # The vector index build runs in parallel workers when it can.
-            f"ALTER SYSTEM SET max_parallel_maintenance_workers = {PARALLEL_WORKERS};",
+            f"ALTER SYSTEM SET maintenance_work_mem = '{maintenance}MB';",
         )
         _restart(server)
+    # The vector index build's parallel workers, set (or left at PostgreSQL's 2) for the
+    # /dev/shm of this start.
     _fit_parallel_builds(server)
     _psql(server, f"SELECT 'CREATE DATABASE {DATABASE_NAME}' WHERE NOT EXISTS "
                   f"(SELECT FROM pg_database WHERE datname = '{DATABASE_NAME}')\\gexec")
@@ -269,7 +269,8 @@ def start_embedded(
 
 
 PARALLEL_WORKERS = 2
-"""The vector index build's parallel workers, where /dev/shm holds their shared segment."""
+"""The vector index build's parallel workers, where /dev/shm holds their shared segment
+(PostgreSQL's own default for max_parallel_maintenance_workers)."""
 
 
 def parallel_workers_for(maintenance_mb: int, shm_bytes: int | None) -> int:
