@@ -11,8 +11,12 @@ from datetime import UTC, datetime
 from typing import TypeVar
 
 from app.errors import ValidationFailed
+from app.validation import storable_text
 
 Row = TypeVar("Row")
+
+# The numbered rows (history versions, session turns) are int4 in the database.
+_INT4_MAX = 2**31 - 1
 
 
 def encode_cursor(created_at: datetime, key: uuid.UUID | str) -> str:
@@ -31,7 +35,8 @@ def decode_text_cursor(cursor: str) -> tuple[datetime, str]:
         created_at = datetime.fromisoformat(created_raw)
         if created_at.tzinfo is None or not isinstance(key, str):
             raise ValueError("naive timestamp or no key")
-        return created_at.astimezone(UTC), key
+        # The key goes to PostgreSQL as text, which cannot hold these.
+        return created_at.astimezone(UTC), storable_text(key)
     except (ValueError, TypeError, OverflowError, UnicodeDecodeError) as exc:
         raise _invalid() from exc
 
@@ -42,6 +47,16 @@ def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
         return created_at, uuid.UUID(key)
     except ValueError as exc:
         raise _invalid() from exc
+
+
+def decode_number_cursor(cursor: str) -> int:
+    """The row number (history version, turn seq) a numbered page's cursor stands at; the
+    time it carries is unused."""
+    _, key = decode_text_cursor(cursor)
+    # isdigit would take "²" and other Unicode digits, which int() refuses.
+    if not (key.isascii() and key.isdigit()) or int(key) > _INT4_MAX:
+        raise _invalid()
+    return int(key)
 
 
 def cut_page(rows: Sequence[Row], limit: int,

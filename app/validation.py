@@ -7,8 +7,16 @@ import re
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BeforeValidator, Field, Strict, StringConstraints
-from pydantic_core import PydanticCustomError
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    GetJsonSchemaHandler,
+    Strict,
+    StringConstraints,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, PydanticCustomError
 
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
@@ -117,8 +125,38 @@ Content = Annotated[
     StringConstraints(strip_whitespace=True, min_length=1, max_length=32768),
     AfterValidator(storable_text),
 ]
+
+
+# Blank by JSON Schema's `pattern` too: only ASCII white space, which every regex engine
+# (ECMA in a generated client, Python, Rust in pydantic-core) reads alike.
+_BLANK = re.compile(r"[ \t\n\r\f\v]*")
+_NOT_BLANK_PATTERN = r"[^ \t\n\r\f\v]"
+
+
+def not_blank(value: str) -> str:
+    # Scope ids are kept as sent (" alice" and "alice" are two users, as a client may
+    # mean), but one of only white space is a client's bug: an empty template variable
+    # that would file memories under a user no one can name.
+    if _BLANK.fullmatch(value):
+        raise ValueError("must not be blank (white space only)")
+    return value
+
+
+class _DeclaredNotBlank:
+    """States `not_blank` in the JSON Schema; the check itself stays `not_blank`'s, for
+    its plainer message than a pattern's."""
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler,
+    ) -> JsonSchemaValue:
+        json_schema = handler(schema)
+        json_schema["pattern"] = _NOT_BLANK_PATTERN
+        return json_schema
+
+
 ScopeId = Annotated[str, StringConstraints(min_length=1, max_length=255),
-                    AfterValidator(storable_text)]
+                    AfterValidator(storable_text), AfterValidator(not_blank),
+                    _DeclaredNotBlank()]
 Category = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100),
                      AfterValidator(storable_text)]
 Tag = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100),

@@ -15,7 +15,6 @@ from sqlalchemy import (
     Result,
     Table,
     and_,
-    case,
     delete,
     func,
     insert,
@@ -166,15 +165,12 @@ class MemoryRepository:
     async def update(self, memory_id: uuid.UUID, values: dict[str, Any]) -> dict[str, Any] | None:
         """The changed memory's answer columns (`ANSWER`), or None when absent or expired.
 
-        `updated_at` moves only when a field really changes: the history trigger records
-        a version only then, and the next version starts at `updated_at`, so a PATCH that
-        changed nothing left a stretch that no version of the history covered."""
-        changed = or_(*(getattr(Memory, name).is_distinct_from(value)
-                        for name, value in values.items() if name != "embedding"))
+        `updated_at` is the memories_history trigger's (migration 0027): it moves only
+        when a tracked field really changes, and is stamped once the row is locked."""
         stmt = (
             update(Memory)
             .where(and_(Memory.tenant_id == self.tenant_id, Memory.id == memory_id), live())
-            .values(**values, updated_at=case((changed, func.now()), else_=Memory.updated_at))
+            .values(**values)
             .returning(*ANSWER)
             .execution_options(synchronize_session=False)
         )

@@ -134,9 +134,9 @@ class MemoryVersion(BaseModel):
     version: int = Field(description="1 is the memory as first stored; each change to its "
                                      "content, category, tags, importance, metadata or "
                                      "expiry adds the state it replaced. A memory keeps "
-                                     "its newest states only (ENGRAM_HISTORY_MAX_VERSIONS); "
-                                     "once none is left (erased, or all past the "
-                                     "retention), counting starts again at 1.")
+                                     "its newest states only (ENGRAM_HISTORY_MAX_VERSIONS), "
+                                     "but the numbers count every change, kept, erased or "
+                                     "purged: a number always names the same state.")
     content: str
     category: str
     tags: list[str]

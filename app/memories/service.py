@@ -9,7 +9,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from app.cursors import cut_page, decode_cursor, decode_text_cursor
+from app.cursors import cut_page, decode_cursor, decode_number_cursor
 from app.errors import NotFound, ValidationFailed
 from app.ids import uuid7
 from app.memories.capacity import CapacityBound
@@ -139,12 +139,7 @@ class MemoryReads:
 
     async def history(self, memory_id: uuid.UUID, *, limit: int,
                       cursor: str | None) -> MemoryHistory:
-        before = None
-        if cursor:
-            _, key = decode_text_cursor(cursor)
-            if not key.isdigit():
-                raise ValidationFailed.on("query.cursor", "is not a cursor this service issued")
-            before = int(key)
+        before = decode_number_cursor(cursor) if cursor else None
         rows = await self.reader.versions(memory_id, limit=limit + 1, before=before)
         if rows is None:
             raise NotFound(f"memory {memory_id} does not exist")

@@ -14,6 +14,7 @@ from sqlalchemy import (
     Float,
     ForeignKey,
     Index,
+    Integer,
     String,
     Text,
     func,
@@ -127,8 +128,13 @@ class Memory(Base):
     covered_days: Mapped[list[date]] = mapped_column(ARRAY(Date), server_default="{}")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True),
                                                  server_default=func.now())
+    # Set, on a change of a tracked column, by the memories_history trigger (migration
+    # 0027): stamped once the row is locked, so never before the state it replaces.
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True),
                                                  server_default=func.now())
+    # The current state's number in the memory's history (1 as first stored); the trigger
+    # records the replaced state under it and adds one, whatever was erased (0027).
+    version: Mapped[int] = mapped_column(Integer, server_default=text("1"))
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     archived_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     consolidation_id: Mapped[uuid.UUID | None] = mapped_column(UUID)

@@ -1,5 +1,5 @@
 """A memory's earlier states: what a change replaced, written by the memories_history
-trigger (migration 0018), so an operator can see what an agent believed before."""
+trigger (migrations 0018, 0027), so an operator can see what an agent believed before."""
 
 from __future__ import annotations
 

@@ -360,3 +360,46 @@ async def test_stored_answers_become_text_and_back_to_jsonb_on_downgrade(
     assert await stored() == ("text", answer)
     await downgrade(fresh_engine, "0013")
     assert await stored() == ("jsonb", answer)
+
+
+async def test_memories_take_their_version_from_their_history_and_drop_it_on_downgrade(
+    fresh_engine: AsyncEngine,
+) -> None:
+    """Migration 0027 gives each memory the number after its newest kept state, the
+    trigger then numbers from the memory whatever is erased, and the downgrade goes back
+    to numbering from the states kept."""
+    await upgrade_to_head(fresh_engine, "0026")
+    vector = "[" + ",".join(["0.05"] * 384) + "]"
+    edited, untouched = uuid.uuid4(), uuid.uuid4()
+    change = text("UPDATE memories SET content = content || '!' WHERE id = :id")
+    async with fresh_engine.begin() as conn:
+        for memory_id in (edited, untouched):
+            await conn.execute(text(
+                "INSERT INTO memories (tenant_id, id, content, embedding) "
+                "VALUES (:t, :id, 'a note', CAST(:v AS halfvec(384)))"),
+                {"t": DEFAULT_TENANT_ID, "id": memory_id, "v": vector})
+        for _ in range(2):
+            await conn.execute(change, {"id": edited})
+
+    async def numbers(memory_id: uuid.UUID) -> list[int]:
+        async with fresh_engine.connect() as conn:
+            return list((await conn.execute(text(
+                "SELECT version FROM memory_versions WHERE memory_id = :id ORDER BY version"),
+                {"id": memory_id})).scalars())
+
+    await upgrade_to_head(fresh_engine)
+    async with fresh_engine.begin() as conn:
+        stored = {r.id: r.version for r in await conn.execute(text(
+            "SELECT id, version FROM memories"))}
+        assert stored == {edited: 3, untouched: 1}
+        await conn.execute(text("DELETE FROM memory_versions WHERE memory_id = :id"),
+                           {"id": edited})
+        await conn.execute(change, {"id": edited})
+    assert await numbers(edited) == [3]
+
+    await downgrade(fresh_engine, "0026")
+    async with fresh_engine.begin() as conn:
+        await conn.execute(change, {"id": edited})
+        await conn.execute(change, {"id": untouched})
+    assert await numbers(edited) == [3, 4]
+    assert await numbers(untouched) == [1]

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from app.cursors import decode_cursor, encode_cursor
+from app.cursors import decode_cursor, decode_number_cursor, decode_text_cursor, encode_cursor
 from app.errors import ValidationFailed
 
 
@@ -78,3 +78,33 @@ def test_cursor_payload_is_json_of_timestamp_and_id() -> None:
     raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
 
     assert json.loads(raw) == [created_at.isoformat(), str(memory_id)]
+
+
+def _keyed(key: str) -> str:
+    return _b64(json.dumps(["2026-01-31T12:00:00+00:00", key]))
+
+
+@pytest.mark.parametrize("key", ["\u0000", "a\u0000b", "\ud800"],
+                         ids=["nul", "nul-inside", "lone-surrogate"])
+def test_a_text_key_postgresql_cannot_hold_is_refused(key: str) -> None:
+    # It would reach the database as text and fail there (a 500) instead.
+    with pytest.raises(ValidationFailed) as caught:
+        decode_text_cursor(_keyed(key))
+    assert caught.value.status == 422
+
+
+@pytest.mark.parametrize("key", ["2147483647", "0", "1"])
+def test_a_number_cursor_gives_its_int4_number(key: str) -> None:
+    assert decode_number_cursor(_keyed(key)) == int(key)
+
+
+@pytest.mark.parametrize(
+    "key", ["\u00b2", "\u0661", "2147483648", "9" * 20, "-1", " 5", "5 ", "", "1.0"],
+    ids=["superscript-two", "arabic-indic-one", "int4-max-plus-one", "20-digits", "negative",
+         "leading-space", "trailing-space", "empty", "decimal"])
+def test_a_number_cursor_outside_int4_digits_is_refused(key: str) -> None:
+    with pytest.raises(ValidationFailed) as caught:
+        decode_number_cursor(_keyed(key))
+    assert caught.value.status == 422
+    assert caught.value.errors is not None
+    assert [e.field for e in caught.value.errors] == ["query.cursor"]

@@ -3,12 +3,16 @@ replaced, newest first and paged; nothing else adds one; the past goes with the 
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import uuid
 from datetime import datetime
 from typing import Any
 
 import httpx
 from sqlalchemy import text
 
+from app.memories.repository import MemoryRepository
 from app.resources import Resources
 from tests.conftest import TenantKey, local_model, make_client
 
@@ -101,6 +105,54 @@ async def test_a_change_that_changes_nothing_leaves_no_gap_in_the_timeline(
     assert older["replaced_at"] == newer["valid_from"] == second["updated_at"]
 
 
+def at(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp)
+
+
+async def test_a_change_that_waited_for_anothers_lock_is_stamped_after_it(
+    resources: Resources, client: httpx.AsyncClient, tenant: TenantKey,
+) -> None:
+    """A change's transaction may start before another's and get the row's lock after it.
+    Stamped with its transaction's start, it ended the state the other made before that
+    state began, and updated_at went back in time."""
+    memory = await create(client, content="A")
+    async with resources.sessionmaker() as early:
+        await early.execute(text("SELECT now()"))  # the transaction's start is now fixed
+        await asyncio.sleep(0.01)
+        await patch(client, memory["id"], content="B")  # starts later, commits first
+        await MemoryRepository(early, tenant.tenant_id).update(
+            uuid.UUID(memory["id"]), {"content": "C"})
+        await early.commit()
+
+    newer, older = (await history(client, memory["id"]))["items"]
+    assert (older["content"], newer["content"]) == ("A", "B")
+    for state in (older, newer):
+        assert at(state["valid_from"]) <= at(state["replaced_at"]), state
+    assert newer["valid_from"] == older["replaced_at"]
+    current = (await client.get(f"/v1/memories/{memory['id']}")).json()
+    assert current["content"] == "C"
+    assert current["updated_at"] == newer["replaced_at"]
+    assert at(newer["replaced_at"]) > at(older["replaced_at"])
+
+
+async def test_concurrent_changes_leave_one_unbroken_timeline(
+    client: httpx.AsyncClient,
+) -> None:
+    memory = await create(client, content="version 0")
+    answers = await asyncio.gather(*(
+        client.patch(f"/v1/memories/{memory['id']}", json={"content": f"version {n + 1}"})
+        for n in range(12)))
+    assert [a.status_code for a in answers] == [200] * 12
+
+    states = (await history(client, memory["id"], limit=50))["items"]
+    assert [s["version"] for s in states] == list(range(12, 0, -1))
+    current = (await client.get(f"/v1/memories/{memory['id']}")).json()
+    timeline = [*reversed(states), {"valid_from": current["updated_at"]}]
+    for state, following in itertools.pairwise(timeline):
+        assert state["replaced_at"] == following["valid_from"], state
+        assert at(state["valid_from"]) <= at(state["replaced_at"]), state
+
+
 async def test_history_pages_with_a_cursor(client: httpx.AsyncClient) -> None:
     memory = await create(client)
     for n in range(5):
@@ -132,6 +184,12 @@ async def test_unknown_foreign_and_bad_requests_are_refused(
     assert unknown.status_code == 404
     assert unknown.headers["content-type"].startswith("application/problem+json")
     for params, field in (({"cursor": "nonsense"}, "query.cursor"),
+                          # "²" is a digit to str.isdigit, and past int4 is too
+                          # large for the column: both were 500s.
+                          ({"cursor": "WyIyMDI2LTAxLTAxVDAwOjAwOjAwWiIsIlx1MDBiMiJd"},
+                           "query.cursor"),
+                          ({"cursor": "WyIyMDI2LTAxLTAxVDAwOjAwOjAwWiIsIjIxNDc0ODM2NDgiXQ"},
+                           "query.cursor"),
                           ({"limit": 0}, "query.limit"),
                           ({"user_id": "u"}, "query.user_id")):
         resp = await client.get(f"/v1/memories/{memory['id']}/history", params=params)

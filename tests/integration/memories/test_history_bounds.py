@@ -1,6 +1,7 @@
 """A memory's history is bounded and erasable: the newest ENGRAM_HISTORY_MAX_VERSIONS
-states (the trigger of migration 0020, reading the connection's setting), the retention
-purge by age, and DELETE /v1/memories/{id}/history."""
+states (the trigger of migrations 0020 and 0027, reading the connection's setting), the
+retention purge by age, and DELETE /v1/memories/{id}/history. Version numbers count every
+change, whatever was kept or erased."""
 
 from __future__ import annotations
 
@@ -70,10 +71,10 @@ async def test_the_bound_is_the_connections_setting(
     assert await versions(resources, memory["id"]) == [1, 2, 3, 4, 5]
     await change_times("2", 1)
     assert await versions(resources, memory["id"]) == [5, 6]
-    await change_times("0", 3)
+    await change_times("0", 3)  # states 7, 8 and 9 replaced, none kept
     assert await versions(resources, memory["id"]) == [5, 6]
     await change_times("2", 2)
-    assert await versions(resources, memory["id"]) == [7, 8]
+    assert await versions(resources, memory["id"]) == [10, 11]
 
 
 async def test_erasing_a_memorys_past_keeps_the_memory(
@@ -90,6 +91,7 @@ async def test_erasing_a_memorys_past_keeps_the_memory(
     assert foreign.status_code == 404
     assert await stored_versions(resources, memory["id"]) == 2
 
+    before_erase = (await history(client, memory["id"], limit=1))["next_cursor"]
     resp = await client.delete(f"/v1/memories/{memory['id']}/history")
 
     assert resp.status_code == 200, resp.text
@@ -98,13 +100,17 @@ async def test_erasing_a_memorys_past_keeps_the_memory(
     current = (await client.get(f"/v1/memories/{memory['id']}")).json()
     assert (current["content"], current["importance"]) == ("The vault code was changed.", 0.9)
     assert await stored_versions(resources, kept["id"]) == 1
-    # Nothing left to erase is not an error; a later change starts the history again.
+    # Nothing left to erase is not an error. A later change starts the history again, and
+    # its numbers go on from the erased ones: version 1 is still the state first stored,
+    # though no longer kept, and a cursor issued before the erase reads none of the new.
     again = await client.delete(f"/v1/memories/{memory['id']}/history")
     assert again.json() == {"deleted": 0}
     await patch(client, memory["id"], content="The vault code is secret.")
     items = (await history(client, memory["id"]))["items"]
     assert [(v["version"], v["content"]) for v in items] == [
-        (1, "The vault code was changed.")]
+        (3, "The vault code was changed.")]
+    stale = await history(client, memory["id"], cursor=before_erase)
+    assert stale == {"items": [], "next_cursor": None}
 
 
 async def test_erasing_refuses_what_it_cannot_name(client: httpx.AsyncClient) -> None:

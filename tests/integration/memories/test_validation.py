@@ -115,6 +115,8 @@ BAD_CREATE_BODIES = [
     pytest.param({"content": "x", "tags": ["   "]}, "tags.0", id="blank-tag"),
     pytest.param({"content": "x", "category": "c" * 101}, "category", id="category-too-long"),
     pytest.param({"content": "x", "user_id": "u" * 256}, "user_id", id="user_id-too-long"),
+    pytest.param({"content": "x", "user_id": "  "}, "user_id", id="blank-user_id"),
+    pytest.param({"content": "x", "namespace": "\t\n"}, "namespace", id="blank-namespace"),
     pytest.param({"content": "x", "source": "summary"}, "source", id="source-summary-reserved"),
     pytest.param({"content": "x", "source": " summary "}, "source",
                  id="source-summary-reserved-after-trim"),

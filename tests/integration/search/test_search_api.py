@@ -751,6 +751,7 @@ async def test_bm25_uses_the_configured_k1_and_b(
     ({"query": "ok", "tags": [""]}, "tags.0"),
     ({"query": "ok", "categories": "work"}, "categories"),
     ({"query": "ok", "user_id": ""}, "user_id"),
+    ({"query": "ok", "session_id": " "}, "session_id"),
     ({"query": "ok", "include_summaries": "maybe"}, "include_summaries"),
     # JSON types, not what lax parsing could make of them.
     ({"query": "ok", "top_k": True}, "top_k"),
