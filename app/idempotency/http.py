@@ -26,6 +26,19 @@ IdempotencyKey = Annotated[
 ]
 
 
+def _service(request: Request, session: AsyncSession, caller: Caller) -> IdempotencyService:
+    ttl = timedelta(hours=request.app.state.resources.settings.idempotency_ttl_hours)
+    return IdempotencyService(IdempotencyRepository(session, caller.tenant_id), ttl)
+
+
+async def answered_before(request: Request, session: AsyncSession, caller: Caller,
+                          key: str | None, operation: str, canonical: Callable[[], Any]) -> bool:
+    """Whether `keyed_create` will replay this request's first answer: what the first
+    request did before its `produce` (creating a session) is then not done again."""
+    return key is not None and await _service(request, session, caller).answered(
+        check_key(key), operation, canonical())
+
+
 async def keyed_create(
     request: Request, session: AsyncSession, caller: Caller, key: str | None,
     operation: str, canonical: Callable[[], Any],
@@ -37,8 +50,7 @@ async def keyed_create(
     if key is None:
         status, payload = await produce()
         return JSONResponse(payload, status_code=status)
-    ttl = timedelta(hours=request.app.state.resources.settings.idempotency_ttl_hours)
-    idempotency = IdempotencyService(IdempotencyRepository(session, caller.tenant_id), ttl)
+    idempotency = _service(request, session, caller)
 
     async def rendered() -> tuple[int, str]:
         # Kept as sent, so a retry's body is byte for byte the first one's.

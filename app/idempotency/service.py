@@ -45,6 +45,16 @@ class IdempotencyService:
         self.repository = repository
         self.ttl = ttl
 
+    async def answered(self, key: str, operation: str, body: Any) -> bool:
+        """Whether this request, under `key`, would be answered from the key's record:
+        work `run`'s `produce` would not repeat must not be done before it either."""
+        record = await self.repository.get(key)
+        return (record is not None
+                and record.created_at >= datetime.now(UTC) - self.ttl
+                and record.operation == operation
+                and record.request_hash == request_hash(operation, body)
+                and record.status_code is not None and record.response_body is not None)
+
     async def run(
         self,
         key: str,

@@ -4,9 +4,10 @@ summary, one due fold at a time, and keeps the summariser's health.
 The summariser is called outside any transaction (an LLM may take seconds; appends must
 not wait for it). Its answer is saved with the new cursor in one transaction that first
 locks the session and checks the cursor has not moved meanwhile (a full backlog drops
-folds from under a slow summariser) nor the strategy switched; if either did, the answer
-is discarded and the session read again. So a turn is folded at most once, and a crash at
-any point leaves either the old summary and cursor or the new ones.
+folds from under a slow summariser), nor the strategy switched, nor the session been
+deleted and begun again; if any did, the answer is discarded and the session read
+again. So a turn is folded at most once, and a crash at any point leaves either the old
+summary and cursor or the new ones.
 """
 
 from __future__ import annotations
@@ -96,10 +97,13 @@ class SessionFolder:
             async with self.maker.begin() as db:
                 repository = self._repository(db)
                 locked = await repository.get(self.session_id, lock=True)
-                if (locked is None or locked.cursor != state.cursor
+                if (locked is None or locked.created_at != state.created_at
+                        or locked.cursor != state.cursor
                         or locked.strategy != state.strategy):
-                    # Folds were dropped, or the strategy switched, meanwhile: read the
-                    # session again.
+                    # Folds were dropped, or the strategy switched, meanwhile; or the
+                    # session was deleted, and perhaps begun again under its id, whose
+                    # cursor and strategy start as the old one's did: its turns are not
+                    # these. Read the session again.
                     SESSION_FOLDS.labels("discarded").inc()
                     continue
                 if isinstance(summary, SummaryFailed):

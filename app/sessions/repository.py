@@ -117,16 +117,19 @@ class SessionRepository:
         seq = state.turns + 1
         row = (await self.session.execute(
             insert(SessionTurn)
+            # Stamped now, under the session's lock, as the seq is: the transaction's
+            # start (the column's default) came before the lock, so of two appends racing
+            # the later seq could carry the earlier time.
             .values(tenant_id=self.tenant_id, session_id=state.session_id, seq=seq,
                     role=role, content=content, user_id=user_id, agent_id=agent_id,
-                    tokens=tokens)
+                    tokens=tokens, created_at=func.clock_timestamp())
             .returning(*_TURN_COLUMNS))).one()._mapping
         await self.session.execute(
             update(ChatSession).where(self._this(state.session_id))
             .values(turn_count=seq,
                     user_id=func.coalesce(ChatSession.user_id, user_id),
                     agent_id=func.coalesce(ChatSession.agent_id, agent_id),
-                    updated_at=func.now()))
+                    updated_at=row["created_at"]))
         return _turn(row)
 
     async def set_strategy(self, session_id: str, strategy: SessionStrategy) -> None:

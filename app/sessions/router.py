@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 
 from app.deps import CallerDep, SessionDep, problems, refuse_unknown_params
 from app.errors import problem_response
-from app.idempotency.http import IdempotencyKey, keyed_create
+from app.idempotency.http import IdempotencyKey, answered_before, keyed_create
 from app.sessions.config import fold_policy, retention
 from app.sessions.health import SessionHealthState
 from app.sessions.repository import SessionFilter, SessionReader, SessionRepository
@@ -52,7 +52,8 @@ async def _reads(request: Request, caller: CallerDep) -> SessionReads:
                         retention=retention(settings))
 
 
-LIST_PARAMS = frozenset({"user_id", "agent_id", "strategy", "health", "limit", "cursor"})
+PAGE_PARAMS = frozenset({"limit", "cursor"})
+LIST_PARAMS = PAGE_PARAMS | {"user_id", "agent_id", "strategy", "health"}
 
 
 @router.get("", operation_id="listSessions", summary="List sessions, newest first",
@@ -85,6 +86,16 @@ async def append_turn(
     caller: CallerDep, idempotency_key: IdempotencyKey = None,
 ) -> Response:
     service = _service(request, session, caller)
+
+    def canonical() -> dict[str, Any]:
+        return {"session_id": session_id, **body.model_dump(mode="json", exclude_unset=True)}
+
+    # A retry of an answered append is only replayed: admitting it first would create the
+    # session again had it been deleted since.
+    if await answered_before(request, session, caller, idempotency_key, "appendTurn",
+                             canonical):
+        return await keyed_create(request, session, caller, idempotency_key, "appendTurn",
+                                  canonical, _never_produced)
     admitted = await service.admit(session_id, body)
     if isinstance(admitted, IdentityRejected):
         # Answered, not raised: the request's transaction commits the recorded event.
@@ -95,10 +106,13 @@ async def append_turn(
     async def produce() -> tuple[int, Any]:
         return 201, (await service.append(state, body)).model_dump(mode="json")
 
-    return await keyed_create(
-        request, session, caller, idempotency_key, "appendTurn",
-        lambda: {"session_id": session_id, **body.model_dump(mode="json", exclude_unset=True)},
-        produce)
+    return await keyed_create(request, session, caller, idempotency_key, "appendTurn",
+                              canonical, produce)
+
+
+async def _never_produced() -> tuple[int, Any]:
+    # The key's record, read in this transaction, holds the answer: keyed_create replays it.
+    raise AssertionError("an answered append was produced again")
 
 
 @router.put(
@@ -121,6 +135,7 @@ async def list_turns(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=512)] = None,
 ) -> TurnPage:
+    refuse_unknown_params(request, PAGE_PARAMS)
     return await (await _reads(request, caller)).turns(session_id, limit, cursor)
 
 
@@ -133,6 +148,8 @@ async def get_session_context(
         ge=1, le=1_000_000, description="This call's budget in estimated tokens (4 "
         "characters each); default ENGRAM_SESSION_BUDGET_TOKENS.")] = None,
 ) -> SessionContext:
+    # A misspelt budget (`?budget=500`) would answer the default budget's context.
+    refuse_unknown_params(request, frozenset({"budget_tokens"}))
     return await (await _reads(request, caller)).context(session_id, budget_tokens)
 
 
@@ -180,4 +197,5 @@ async def list_session_events(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=512)] = None,
 ) -> SessionEventPage:
+    refuse_unknown_params(request, PAGE_PARAMS)
     return await (await _reads(request, caller)).events(session_id, limit, cursor)

@@ -119,7 +119,8 @@ class SessionContext(BaseModel):
     summary: str | None
     turns: list[Turn] = Field(description="The newest turns that fit the budget, oldest first.")
     omitted_turns: int = Field(description=(
-        "Turns the strategy would show that did not fit the budget (older than `turns`)."))
+        "Turns the strategy would show that did not fit the budget, or lay past the "
+        "newest 1,000 turns a context is built from (all older than `turns`)."))
     tokens: int = Field(description=(
         "Estimated tokens of the summary and turns. Above `budget_tokens` only when the "
         "rolling summary alone is: it is never cut (ENGRAM_SESSION_SUMMARY_MAX_CHARS "

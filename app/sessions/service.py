@@ -11,7 +11,7 @@ from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.cursors import cut_page, decode_cursor, decode_text_cursor
+from app.cursors import cut_page, decode_cursor, decode_number_cursor, decode_text_cursor
 from app.errors import FieldError, NotFound, ValidationFailed
 from app.sessions.context import estimate_tokens, fold_warning, strategy_in_force
 from app.sessions.folder import enqueue_fold
@@ -55,14 +55,6 @@ def _turn(turn: TurnView) -> Turn:
     return Turn(seq=turn.seq, role=turn.role, content=turn.content,
                 user_id=turn.user_id, agent_id=turn.agent_id, tokens=turn.tokens,
                 created_at=turn.created_at)
-
-
-def _turn_cursor(cursor: str) -> int:
-    """The seq a turn page's cursor stands at (it carries the turn's time too, unused)."""
-    _, key = decode_text_cursor(cursor)
-    if not key.isdigit():
-        raise ValidationFailed.on("query.cursor", "is not a cursor this service issued")
-    return int(key)
 
 
 def _health(state: SessionState) -> SessionHealth:
@@ -219,7 +211,7 @@ class SessionReads:
         return session_answer(await self._state(session_id), self.folds, self.retention)
 
     async def list(self, filters: SessionFilter, limit: int, cursor: str | None) -> SessionPage:
-        after = decode_text_cursor(cursor) if cursor is not None else None
+        after = decode_text_cursor(cursor) if cursor else None
         page, next_cursor = cut_page(await self.reader.list(filters, limit + 1, after),
                                      limit, lambda s: (s.created_at, s.session_id))
         return SessionPage(items=[session_answer(s, self.folds, self.retention) for s in page],
@@ -242,7 +234,7 @@ class SessionReads:
 
     async def turns(self, session_id: str, limit: int, cursor: str | None) -> TurnPage:
         """The log, newest first: every turn, folded, dropped or not."""
-        before = _turn_cursor(cursor) if cursor is not None else None
+        before = decode_number_cursor(cursor) if cursor else None
         await self._state(session_id)
         page, next_cursor = cut_page(
             await self.reader.turns_before(session_id, before, limit + 1), limit,
@@ -250,7 +242,7 @@ class SessionReads:
         return TurnPage(items=[_turn(t) for t in page], next_cursor=next_cursor)
 
     async def events(self, session_id: str, limit: int, cursor: str | None) -> SessionEventPage:
-        after = decode_cursor(cursor) if cursor is not None else None
+        after = decode_cursor(cursor) if cursor else None
         await self._state(session_id)
         page, next_cursor = cut_page(await self.reader.events(session_id, limit + 1, after),
                                      limit, lambda e: (e["created_at"], e["id"]))

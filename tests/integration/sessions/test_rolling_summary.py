@@ -315,6 +315,37 @@ async def test_a_fold_whose_turns_were_dropped_meanwhile_is_discarded(
     assert (await get_json(small_client, f"/v1/sessions/{sid}"))["cursor"] == 12
 
 
+@pytest.mark.parametrize("delete", ["session", "user"])
+async def test_a_fold_in_flight_when_the_session_is_deleted_and_begun_again_is_discarded(
+    small: Resources, small_client: httpx.AsyncClient, tenant: TenantKey, delete: str,
+) -> None:
+    """The new session under the old id has the old one's cursor and strategy, so only
+    its birth tells them apart: the old turns' summary went into it, and its own first
+    turns were counted as summarised."""
+    sid = new_id()
+    gated = GatedSummariser()
+    folder = folder_with(small, tenant, sid, gated)
+    for n in range(6):
+        await append(small_client, sid, f"alice's secret {n + 1}", user_id="alice")
+    running = asyncio.create_task(folder.run())
+    await asyncio.wait_for(gated.started.wait(), 5)
+    target = f"/v1/sessions/{sid}" if delete == "session" else "/v1/sessions?user_id=alice"
+    assert (await small_client.delete(target)).status_code in (200, 204)
+    for n in range(6):
+        await append(small_client, sid, f"bob's note {n + 1}", user_id="bob")
+    folder.summariser = ExtractiveSummariser()
+    gated.release.set()
+    outcome = await asyncio.wait_for(running, 10)
+
+    context = await get_json(small_client, f"/v1/sessions/{sid}/context")
+    assert "stale" not in (context["summary"] or "")
+    assert "alice" not in (context["summary"] or "")
+    assert outcome.folds == 1  # bob's turns 1-4, read again after the discard
+    session = await get_json(small_client, f"/v1/sessions/{sid}")
+    assert (session["user_id"], session["cursor"]) == ("bob", 4)
+    assert "bob's note 1" in (context["summary"] or "")
+
+
 async def test_an_unexpected_summariser_error_changes_nothing_and_reaches_the_job(
     small: Resources, small_client: httpx.AsyncClient, tenant: TenantKey,
 ) -> None:

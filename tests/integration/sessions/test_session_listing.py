@@ -61,6 +61,9 @@ async def test_sessions_are_filtered_by_user_agent_and_strategy(
     ({"limit": "0"}, "query.limit"),
     ({"limit": "501"}, "query.limit"),
     ({"cursor": "not-a-cursor"}, "query.cursor"),
+    # Keys PostgreSQL text cannot hold: a 500 from the database before.
+    ({"cursor": "WyIyMDI2LTAxLTAxVDAwOjAwOjAwWiIsIlx1MDAwMCJd"}, "query.cursor"),
+    ({"cursor": "WyIyMDI2LTAxLTAxVDAwOjAwOjAwWiIsIlx1ZDgwMCJd"}, "query.cursor"),
     ({"strategy": "summary"}, "query.strategy"),
     ({"health": "sick"}, "query.health"),
     ({"session_id": "a"}, "query.session_id"),
@@ -71,6 +74,31 @@ async def test_bad_list_parameters_are_422_naming_them(
     resp = await client.get("/v1/sessions", params=params)
     assert resp.status_code == 422
     assert [e["field"] for e in resp.json()["errors"]] == [field]
+
+
+async def test_an_empty_cursor_reads_the_first_page_as_on_every_other_list(
+    client: httpx.AsyncClient,
+) -> None:
+    sid = new_id()
+    await append(client, sid, "x")
+    for path in ("/v1/sessions", f"/v1/sessions/{sid}/turns", f"/v1/sessions/{sid}/events",
+                 "/v1/memories", "/v1/consolidations"):
+        resp = await client.get(path, params={"cursor": ""})
+        assert resp.status_code == 200, (path, resp.text)
+        assert resp.json() == (await client.get(path)).json(), path
+
+
+@pytest.mark.parametrize(("path", "param"), [
+    ("context", "budget"), ("turns", "limt"), ("events", "since")])
+async def test_a_misspelt_parameter_of_a_sessions_read_is_422_naming_it(
+    client: httpx.AsyncClient, path: str, param: str,
+) -> None:
+    """`?budget=500` answered the default budget's context, as if it were understood."""
+    sid = new_id()
+    await append(client, sid, "x")
+    resp = await client.get(f"/v1/sessions/{sid}/{path}", params={param: "5"})
+    assert resp.status_code == 422, resp.text
+    assert [e["field"] for e in resp.json()["errors"]] == [f"query.{param}"]
 
 
 async def test_the_list_is_confined_to_the_tenant(
@@ -125,7 +153,11 @@ async def test_reading_the_log_of_an_unknown_or_foreign_session_is_404(
         assert (await other.get(f"/v1/sessions/{sid}/turns")).status_code == 404
 
 
-@pytest.mark.parametrize("cursor", ["nonsense", "WyIyMDI2LTAxLTAxVDAwOjAwOjAwWiIsImFiYyJd"])
+@pytest.mark.parametrize("cursor", [
+    "nonsense",
+    "WyIyMDI2LTAxLTAxVDAwOjAwOjAwWiIsImFiYyJd",  # key "abc"
+    "WyIyMDI2LTAxLTAxVDAwOjAwOjAwWiIsIjIxNDc0ODM2NDgiXQ",  # key past int4: a 500 before
+])
 async def test_a_bad_log_cursor_is_422(client: httpx.AsyncClient, cursor: str) -> None:
     sid = new_id()
     await append(client, sid, "x")

@@ -4,6 +4,7 @@ input, tenancy, idempotent retries, and each context strategy."""
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime
 
 import httpx
 import pytest
@@ -70,6 +71,7 @@ async def test_an_unknown_session_is_404(client: httpx.AsyncClient, path: str,
     ({"role": "user", "content": "x" * 32769}, "content"),
     ({"role": "user", "content": "a\u0000b"}, "content"),
     ({"role": "user", "content": "x", "user_id": ""}, "user_id"),
+    ({"role": "user", "content": "x", "user_id": "   "}, "user_id"),
     ({"role": "user", "content": "x", "agent_id": "a" * 256}, "agent_id"),
     ({"role": "user", "content": "x", "strategy": "none"}, "strategy"),
     ({"role": 1, "content": "x"}, "role"),
@@ -93,6 +95,13 @@ async def test_a_session_id_over_255_characters_is_422_naming_the_path(
                              json={"role": "user", "content": "x"})
     assert resp.status_code == 422
     assert [e["field"] for e in resp.json()["errors"]] == ["path.session_id"]
+
+
+async def test_a_blank_session_id_is_422_naming_the_path(client: httpx.AsyncClient) -> None:
+    resp = await client.post("/v1/sessions/%20%20/turns", json={"role": "user", "content": "x"})
+    assert resp.status_code == 422
+    assert [e["field"] for e in resp.json()["errors"]] == ["path.session_id"]
+    assert "blank" in resp.json()["errors"][0]["message"]
 
 
 async def test_a_turn_naming_another_user_is_409_appends_nothing_and_is_recorded(
@@ -177,6 +186,25 @@ async def test_a_retry_with_the_same_idempotency_key_appends_once(
     # The same key for another session's turn is another request.
     other = await client.post(f"/v1/sessions/{new_id()}/turns", json=body, headers=headers)
     assert other.status_code == 409
+
+
+async def test_a_retry_after_the_session_was_deleted_is_replayed_and_creates_nothing(
+    client: httpx.AsyncClient,
+) -> None:
+    sid = new_id()
+    headers = {"Idempotency-Key": f"turn-{sid}"}
+    body = {"role": "user", "content": "said once", "user_id": "u1"}
+    first = await client.post(f"/v1/sessions/{sid}/turns", json=body, headers=headers)
+    assert (await client.delete(f"/v1/sessions/{sid}")).status_code == 204
+
+    retry = await client.post(f"/v1/sessions/{sid}/turns", json=body, headers=headers)
+
+    assert (retry.status_code, retry.content) == (201, first.content)
+    assert retry.headers["idempotent-replayed"] == "true"
+    # Not begun again, empty, by the retry of a turn that was deleted with it.
+    assert (await client.get(f"/v1/sessions/{sid}")).status_code == 404
+    assert sid not in [s["session_id"] for s in
+                       (await get_json(client, "/v1/sessions?user_id=u1"))["items"]]
 
 
 async def test_truncation_shows_the_newest_turns_that_fit_the_budget(
@@ -299,6 +327,11 @@ async def test_concurrent_appends_get_consecutive_numbers_without_gaps(
     context = await get_json(client, f"/v1/sessions/{sid}/context")
     assert [t["seq"] for t in context["turns"]] == list(range(1, 21))
     assert {t["content"] for t in context["turns"]} == {f"racing turn {i}" for i in range(20)}
+    # A later turn is never stamped earlier: newest first by seq is newest first by time.
+    stamps = [datetime.fromisoformat(t["created_at"]) for t in context["turns"]]
+    assert stamps == sorted(stamps)
+    session = await get_json(client, f"/v1/sessions/{sid}")
+    assert session["updated_at"] == context["turns"][-1]["created_at"]
 
 
 async def test_a_context_call_may_bring_its_own_budget(
