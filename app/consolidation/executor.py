@@ -158,6 +158,15 @@ class GroupExecutor:
         async with self.transactions.driver() as connection:
             repo = GroupWriter(connection, self.tenant_id)
             self._check_unchanged(represented, await repo.lock_sources(represented))
+            if self.request.mode == "synthesize_only":
+                # Selected as covered by no live summary; a run over an overlapping scope
+                # (a user's run beside a tag's, an automatic run beside an operator's) may
+                # have summarised them since, and sources this mode leaves active would be
+                # summarised twice.
+                covering = await repo.covering_summary(represented)
+                if covering is not None:
+                    raise StaleSources(f"summary {covering} of another run has covered "
+                                       "these memories since they were selected")
             summary_id = uuid7()
             await repo.insert_summary(self._summary_row(summary_id, group, result, vector))
             deleted = 0

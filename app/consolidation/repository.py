@@ -79,12 +79,20 @@ class Candidates:
 
 @dataclass(frozen=True, slots=True)
 class SummaryState:
-    """A run's summary as a revert finds it: folded again since (archived), or changed
-    through PATCH (a summary is written with updated_at = created_at)."""
+    """A run's summary as a revert finds it: changed through PATCH since (a summary is
+    written with updated_at = created_at), or not."""
 
     id: uuid.UUID
-    archived: bool
     edited: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Refolded:
+    """A later summary built from one of a run's summaries."""
+
+    summary_id: uuid.UUID  # the run's summary, folded again
+    by_summary: uuid.UUID
+    by_run: uuid.UUID | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,23 +191,25 @@ class ConsolidationRepository:
 
     async def lock_summaries(self, ids: Sequence[uuid.UUID]) -> list[SummaryState]:
         """The run's surviving summaries, locked."""
-        stmt = (select(Memory.id, Memory.archived_at.is_not(None).label("archived"),
-                       (Memory.updated_at > Memory.created_at).label("edited"))
+        stmt = (select(Memory.id, (Memory.updated_at > Memory.created_at).label("edited"))
                 .where(Memory.tenant_id == self.tenant_id, _among(ids),
                        Memory.fact_role == "summary")
                 .order_by(Memory.id).with_for_update(of=Memory))
-        return [SummaryState(r.id, bool(r.archived), bool(r.edited))
+        return [SummaryState(r.id, bool(r.edited))
                 for r in (await self.session.execute(stmt)).all()]
 
-    async def summary_folding(self, ids: Sequence[uuid.UUID]) -> tuple[uuid.UUID, Any] | None:
-        """A later summary built from one of `ids`, as (its id, its run id), if any."""
-        stmt = (select(Memory.id, Memory.consolidation_id)
+    async def summary_folding(self, ids: Sequence[uuid.UUID]) -> Refolded | None:
+        """A later summary built from one of `ids`, if any."""
+        stmt = (select(Memory.id, Memory.consolidation_id, Memory.summary_of)
                 .where(Memory.tenant_id == self.tenant_id, Memory.fact_role == "summary",
                        Memory.summary_of.op("&&")(array(list(ids))),
                        Memory.id.not_in(list(ids)))
                 .limit(1))
         row = (await self.session.execute(stmt)).first()
-        return (row.id, row.consolidation_id) if row else None
+        if row is None:
+            return None
+        folded = next(i for i in ids if i in set(row.summary_of))
+        return Refolded(folded, row.id, row.consolidation_id)
 
     async def delete_summaries(self, ids: Sequence[uuid.UUID], run_id: uuid.UUID) -> int:
         stmt = delete(Memory).where(Memory.tenant_id == self.tenant_id,
@@ -305,6 +315,13 @@ class GroupWriter:
         rows = await self.connection.fetch(LOCK_SOURCES, self.tenant_id, list(ids))
         return [SourceState(r["id"], r["updated_at"], r["digest"], r["active"]) for r in rows]
 
+    async def covering_summary(self, ids: Sequence[uuid.UUID]) -> uuid.UUID | None:
+        """A live summary that covers one of `ids`, if any. Run after `lock_sources`, in a
+        statement of its own, so that it sees a summary committed while the lock waited."""
+        found: uuid.UUID | None = await self.connection.fetchval(
+            COVERING_SUMMARY, self.tenant_id, list(ids))
+        return found
+
     async def insert_summary(self, values: Mapping[str, Any]) -> None:
         """`values` by column name; the embedding as a list of floats."""
         await self.connection.execute(
@@ -331,6 +348,11 @@ def _halfvec_text(vector: Sequence[float]) -> str:
 SUMMARY_COLUMNS = ("id", "content", "user_id", "agent_id", "session_id", "namespace",
                    "category", "tags", "importance", "source", "fact_role", "summary_of",
                    "consolidation_id", "metadata", "embedding")
+COVERING_SUMMARY = """
+    SELECT id FROM memories
+     WHERE tenant_id = $1 AND fact_role = 'summary' AND archived_at IS NULL
+       AND summary_of && $2::uuid[]
+     LIMIT 1"""
 LOCK_SOURCES = """
     SELECT id, updated_at, md5(content) AS digest,
            archived_at IS NULL AND (expires_at IS NULL OR expires_at > now()) AS active

@@ -138,19 +138,19 @@ class ConsolidationService:
         summary_ids = [g.summary_id for g in groups if g.summary_id is not None]
         removed = [i for g in groups if g.outcome == "written" for i in g.removed_ids]
         locked = await self.repository.lock_summaries(summary_ids)
-        archived = [s.id for s in locked if s.archived]
-        if archived:
-            raise Conflict(f"summary {archived[0]} of this run has since been consolidated "
-                           "again (it is archived); revert that run first")
         edited = [s.id for s in locked if s.edited]
         if edited:
             raise Conflict(f"summary {edited[0]} of this run has been changed since it was "
                            "written, and a revert deletes its summaries; delete it first "
                            f"(DELETE /v1/memories/{edited[0]}) to revert all the same")
+        # A summary of this run that is archived but folded into no later summary was put
+        # away by the user's memory cap (or the summary folding it was deleted): it goes
+        # with the rest, as its sources come back.
         later = await self.repository.summary_folding(summary_ids) if summary_ids else None
         if later is not None:
-            raise Conflict(f"summary {later[0]} of run {later[1]} was built from this run's "
-                           "summaries; revert that run first")
+            raise Conflict(f"summary {later.summary_id} of this run has since been folded "
+                           f"into summary {later.by_summary} by run {later.by_run}; revert "
+                           "that run first")
         await self.repository.delete_summaries(summary_ids, run_id)
         await self.repository.restore(removed, run_id)
         values: dict[str, Any] = {"reverted_at": func.now()}

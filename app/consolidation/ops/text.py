@@ -3,6 +3,11 @@
 import re
 
 _SPACES = re.compile(r"[ \t]+")
+# A reasoning model served behind an OpenAI-compatible endpoint (DeepSeek-R1, Qwen3, ...)
+# may open its answer with its reasoning in a tag; cut off by the token limit, the tag
+# never closes and the whole answer is reasoning.
+_REASONING = re.compile(r"\A\s*<(think|thinking|reasoning)>.*?(?:</\1\s*>|\Z)",
+                        re.DOTALL | re.IGNORECASE)
 
 
 def bullet(text: str) -> str:
@@ -36,7 +41,10 @@ class LinePacker:
 
 
 def clean_llm_text(text: str) -> str:
-    """LLM output made storable: no NUL, no lone surrogates (PostgreSQL refuses both)."""
+    """LLM output made storable (no NUL, no lone surrogates: PostgreSQL refuses both) and
+    without the reasoning it opens with, which is no part of a summary."""
+    while (reasoning := _REASONING.match(text)) is not None:
+        text = text[reasoning.end():]
     kept = "".join(ch for ch in text if ch != "\x00" and not 0xD800 <= ord(ch) <= 0xDFFF)
     return kept.strip()
 

@@ -513,17 +513,19 @@ async def test_a_queued_run_whose_op_fits_nothing_skips_the_group(
     await assert_untouched(client, queued.source_ids)
 
 
-@pytest.mark.parametrize("change", ["patch", "delete", "archive"])
+@pytest.mark.parametrize("change", ["patch", "delete", "archive", "summarise"])
 async def test_a_source_changed_while_the_llm_works_skips_the_group(
     resources: Resources, tenant: TenantKey, change: str,
 ) -> None:
     llm = GatedLLM()
     held = dataclasses.replace(resources, llm=llm, background=[])
+    mode = "synthesize_only" if change == "summarise" else "archive"
     async with make_client(held, tenant.headers) as client:
         # The memories are also in the narrower u1 + a1 scope, which has a lock of its own.
-        queued = await queue(client, held, strategy="llm",
+        queued = await queue(client, held, strategy="llm", mode=mode,
                              items=[memory(f"note {i}", i, agent_id="a1") for i in range(3)])
         job = asyncio.create_task(run_queued(queued.context(held, 1), queued.payload))
+        covering = None
         try:
             await asyncio.wait_for(llm.started.wait(), 10)
             (pending,) = (await get_run(client, queued.run_id))["groups"]
@@ -537,11 +539,12 @@ async def test_a_source_changed_while_the_llm_works_skips_the_group(
                 resp = await client.delete(f"/v1/memories/{changed}")
                 assert resp.status_code == 204, resp.text
             else:  # a run on an overlapping scope folds the same memories first
-                resp = await client.post("/v1/consolidations",
-                                         json={"user_id": "u1", "agent_id": "a1"})
+                resp = await client.post("/v1/consolidations", json={
+                    "user_id": "u1", "agent_id": "a1", "mode": mode})
                 assert resp.status_code == 200, resp.text
-                assert resp.json()["groups"][0]["removed_ids"] == pending["folded_ids"]
+                assert resp.json()["groups"][0]["folded_ids"] == pending["folded_ids"]
                 overlapping = resp.json()["id"]
+                covering = resp.json()["groups"][0]["summary_id"]
         finally:
             llm.release.set()
             await asyncio.wait_for(job, 10)
@@ -552,12 +555,14 @@ async def test_a_source_changed_while_the_llm_works_skips_the_group(
         (group,) = run["groups"]
         detail = {"patch": f"memory {changed} changed since it was selected",
                   "delete": f"memory {changed} was deleted",
-                  "archive": f"memory {changed} was archived or expired"}[change]
+                  "archive": f"memory {changed} was archived or expired",
+                  "summarise": f"summary {covering} of another run has covered these "
+                               "memories since they were selected"}[change]
         assert (group["outcome"], group["error"], group["detail"]) == (
             "skipped", "sources_changed", detail)
         assert (group["summary_id"], group["removed_ids"], group["folded_ids"]) == (None, [], [])
         assert (run["consolidated"], run["created"], run["deleted"]) == (0, 0, 0)
-        if change == "archive":
+        if change in ("archive", "summarise"):
             # Folded once, by the other run.
             (summary,) = await summaries(client, include_archived="true")
             assert summary["consolidation_id"] == overlapping

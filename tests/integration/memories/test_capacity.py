@@ -164,6 +164,32 @@ async def test_a_summary_does_not_evict_and_the_next_write_does(
     assert sum(1 for c in after if c.startswith("- budget note")) == 1  # the summary (0.7)
 
 
+async def test_a_run_whose_summary_the_cap_put_away_can_still_be_reverted(
+    capped: Resources, tenant: TenantKey,
+) -> None:
+    """The revert answered 409 "consolidated again; revert that run first", naming a run
+    that never existed: the summary was archived by the cap, not by a run."""
+    async with make_client(capped, tenant.headers) as client:
+        notes = [await write(client, f"budget note {i}", user_id="u", importance=0.3)
+                 for i in range(3)]
+        run = (await client.post("/v1/consolidations", json={
+            "user_id": "u", "mode": "archive"})).json()
+        (group,) = run["groups"]
+        for i in range(3):
+            await write(client, f"important {i}", user_id="u", importance=0.9)
+        summary = (await client.get(f"/v1/memories/{group['summary_id']}")).json()
+        assert summary["archived_at"] is not None  # put away by the cap
+
+        reverted = await client.post(f"/v1/consolidations/{run['id']}/revert")
+
+        assert reverted.status_code == 200, reverted.text
+        assert (await client.get(f"/v1/memories/{group['summary_id']}")).status_code == 404
+        for memory_id in group["removed_ids"]:
+            restored = (await client.get(f"/v1/memories/{memory_id}")).json()
+            assert restored["archived_at"] is None
+        assert {n["id"] for n in notes} >= set(group["removed_ids"])
+
+
 async def test_a_tenants_own_cap_applies_at_its_next_write(
     capped: Resources, tenant: TenantKey, other_tenant: TenantKey,
 ) -> None:

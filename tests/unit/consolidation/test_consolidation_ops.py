@@ -275,6 +275,7 @@ async def test_llm_synthesis_prompt_cap_represents_only_the_entries_that_fit() -
         (TimeoutError(), "llm_timeout"),
         ("", "llm_empty_answer"),
         (" \n\x00 ", "llm_empty_answer"),
+        ("<think>Alice went to Berlin, so", "llm_empty_answer"),
     ],
 )
 async def test_llm_synthesis_falls_back_to_concatenate(
@@ -318,6 +319,14 @@ async def test_llm_synthesis_cleans_and_cuts_the_answer() -> None:
 
     assert result.summary == "Alice lives in Berlin and…"
     assert result.mode == "llm_synthesis"
+
+
+async def test_llm_synthesis_keeps_no_reasoning() -> None:
+    llm = FakeLLM.scripted(["<think>Four entries about Alice.</think>\nAlice lives in Berlin."])
+
+    result = await LLMSynthesis().consolidate(GROUP, "travel", OpContext(llm=llm))
+
+    assert (result.summary, result.mode) == ("Alice lives in Berlin.", "llm_synthesis")
 
 
 # density_routing ----------------------------------------------------------------------

@@ -611,6 +611,28 @@ async def test_nul_characters_are_stripped_from_the_answer() -> None:
     assert "\x00" not in out
 
 
+@pytest.mark.parametrize("answer", [
+    "<think>The user wants Eve's age. Eve said 25.</think>\n\nEve is 25.",
+    "  <THINKING>\nfirst\n</THINKING><think>second</think> Eve is 25.",
+    "<reasoning>a</reasoning >Eve is 25.",
+])
+async def test_the_reasoning_a_model_opens_with_is_not_kept(answer: str) -> None:
+    out = await LLMSummariser(FakeLLM(answer)).fold(None, [turn(1, "x")], 100)
+    assert out == "Eve is 25."
+
+
+async def test_a_tag_inside_the_summary_is_kept() -> None:
+    answer = "Eve wrote the <think> tag into her notes."
+    assert await LLMSummariser(FakeLLM(answer)).fold(None, [turn(1, "x")], 100) == answer
+
+
+async def test_an_answer_cut_off_in_its_reasoning_is_an_empty_one() -> None:
+    with pytest.raises(SummaryFailed) as caught:
+        await LLMSummariser(FakeLLM("<think>Eve is 25, so the summary")).fold(
+            None, [turn(1, "x")], 100)
+    assert caught.value.code == "llm_empty_answer"
+
+
 def test_summary_failed_carries_code_and_detail() -> None:
     err = SummaryFailed("llm_timeout", "slow")
     assert (err.code, err.detail, str(err)) == ("llm_timeout", "slow", "llm_timeout: slow")
