@@ -68,15 +68,30 @@ def libpq_env(url: str) -> dict[str, str]:
         env["PGPORT"] = str(parsed.port)
     elif isinstance(query.get("port"), str):
         env["PGPORT"] = str(query["port"])
-    if parsed.username:
-        env["PGUSER"] = parsed.username
-    if parsed.password is not None:
-        env["PGPASSWORD"] = str(parsed.password)
+    user = parsed.username or query.get("user")
+    if isinstance(user, str) and user:
+        env["PGUSER"] = user
+    password = parsed.password if parsed.password is not None else query.get("password")
+    if isinstance(password, str):
+        env["PGPASSWORD"] = password
     # asyncpg's `ssl` and libpq's `sslmode` take the same words.
     ssl = query.get("sslmode", query.get("ssl"))
     if isinstance(ssl, str):
         env["PGSSLMODE"] = ssl
+    for name, variable in _LIBPQ_ENV.items():
+        if isinstance(value := query.get(name), str):
+            env[variable] = value
     return env
+
+
+# The URL's other libpq parameters a dump or restore must connect with (TLS above all).
+_LIBPQ_ENV = {"sslrootcert": "PGSSLROOTCERT", "sslcert": "PGSSLCERT", "sslkey": "PGSSLKEY",
+              "sslcrl": "PGSSLCRL", "sslnegotiation": "PGSSLNEGOTIATION",
+              "ssl_min_protocol_version": "PGSSLMINPROTOCOLVERSION",
+              "ssl_max_protocol_version": "PGSSLMAXPROTOCOLVERSION",
+              "connect_timeout": "PGCONNECT_TIMEOUT",
+              "target_session_attrs": "PGTARGETSESSIONATTRS", "passfile": "PGPASSFILE",
+              "service": "PGSERVICE", "krbsrvname": "PGKRBSRVNAME", "gsslib": "PGGSSLIB"}
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol, cast
 
 from fastapi import Request
-from sqlalchemy import CursorResult, Delete
+from sqlalchemy import CursorResult, Delete, event
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
-from app import db_tcp, db_timeout
+from app import db_tcp, db_timeout, db_url
 from app.errors import COMMIT_CUT, answer_lost, commit_unanswered
 from app.settings import Settings
 
@@ -78,12 +78,17 @@ def create_engine(url: str, settings: Settings, application_name: str = "engram"
     )
     db_tcp.install(engine, settings.db_tcp_timeout_seconds)
     db_timeout.install(engine, timeout)
+
+    def keywords(_dialect: Any, _record: Any, _args: Any, keywords: dict[str, Any]) -> None:
+        db_url.connect_keywords(keywords)
+
+    event.listen(engine.sync_engine, "do_connect", keywords)
     return engine
 
 
 def asyncpg_dsn(engine: AsyncEngine) -> str:
     """The engine's URL as libpq/asyncpg spell it, for the code that uses asyncpg directly."""
-    return engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    return db_url.dsn(engine.url)
 
 
 async def delete_in_batches(engine: AsyncEngine, stmt: Delete, batch: int) -> int:

@@ -31,6 +31,16 @@ def test_libpq_spellings_are_taken_too() -> None:
     assert (env["PGHOST"], env["PGPORT"], env["PGSSLMODE"]) == ("/run/pg", "5433", "disable")
 
 
+def test_the_user_and_the_tls_files_in_the_query_reach_the_tools() -> None:
+    """`?user=` was dropped (pg_dump connected as the shell's user), and a verify-full
+    URL's CA file with it."""
+    env = libpq_env("postgresql:///engram?host=/run/pg&port=5433&user=postgres&password=pw"
+                    "&sslmode=verify-full&sslrootcert=/etc/ca.pem&connect_timeout=5")
+    assert (env["PGUSER"], env["PGPASSWORD"]) == ("postgres", "pw")
+    assert (env["PGSSLMODE"], env["PGSSLROOTCERT"], env["PGCONNECT_TIMEOUT"]) == (
+        "verify-full", "/etc/ca.pem", "5")
+
+
 def fake_tools(tmp_path: Path, **scripts: str) -> Callable[[str], str]:
     """Shell scripts standing in for the client tools, by name."""
     paths = {}
