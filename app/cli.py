@@ -316,7 +316,9 @@ async def _reembed(settings: Settings, args: argparse.Namespace) -> int:
                 print(f"engram: {exc}", file=sys.stderr)
                 return 1
             except Exception as exc:
-                print(f"engram: reembed stopped: {_describe(exc)}. The batches done are "
+                from app.failure import describe
+
+                print(f"engram: reembed stopped: {describe(exc)}. The batches done are "
                       "kept; run it again to go on from there", file=sys.stderr)
                 return 1
     finally:
@@ -561,8 +563,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_restore(settings, args))
         return asyncio.run(_keys(settings, args))
     except Exception as exc:
+        from app.failure import describe
+
         # An operator's command: one line saying what failed, not a traceback.
-        print(f"engram: {args.command} failed: {_describe(exc)}", file=sys.stderr)
+        print(f"engram: {args.command} failed: {describe(exc)}", file=sys.stderr)
         return 1
 
 
@@ -595,18 +599,3 @@ def _batch_size(text: str) -> int:
     if not 1 <= size <= 4096:
         raise argparse.ArgumentTypeError(f"{size} is not between 1 and 4096")
     return size
-
-
-def _describe(exc: BaseException) -> str:
-    from sqlalchemy.exc import DBAPIError
-
-    if isinstance(exc, DBAPIError) and exc.orig is not None:
-        exc = exc.orig
-    if isinstance(exc, OSError) and exc.filename is not None:
-        # A file's error (a socket's names no file): it was said to be the database's.
-        where = str(exc.filename) + (f" -> {exc.filename2}" if exc.filename2 else "")
-        return f"{where}: {exc.strerror or exc}"
-    if isinstance(exc, OSError | ConnectionError):
-        return f"the database could not be reached ({exc})"
-    first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{exc.__class__.__name__}: {first_line}"

