@@ -70,6 +70,9 @@ class ReembedReport:
     index_seconds: float = 0.0
 
 
+PROBE_TEXT = "Engram checks that the new model embeds before it re-embeds every memory."
+
+
 async def reembed(engine: AsyncEngine, embedder: Embedder, *, batch_size: int = 256,
                   progress: Callable[[int, int], None] | None = None) -> ReembedReport:
     """Re-embed every memory (every tenant's, archived and expired ones too) with
@@ -85,6 +88,12 @@ async def reembed(engine: AsyncEngine, embedder: Embedder, *, batch_size: int = 
         start = reembed_start(await repo.lock_row(), target)
         if not start.needed:
             return ReembedReport(target, False, 0, 0, False, time.monotonic() - started)
+        if not start.resumed:
+            # A model that cannot embed (a typo in its URL or its name, a wrong key) fails
+            # here, with nothing changed: once the pass is begun, no service starts until
+            # it is finished, with this model or the old one, every memory re-embedded.
+            # One text, under the row's lock, which only another pass or a start reads.
+            await embedder.embed([PROBE_TEXT])
         await repo.begin_target(target, start.after)
         await repo.drop_vector_index()
         total = await repo.count_after(start.after)

@@ -161,7 +161,7 @@ async def test_a_pass_left_unfinished_over_memories_since_deleted_gives_the_inde
     await store(own_db, "one", "two", "three")
     index = await vector_index(own_db)
     with pytest.raises(RuntimeError, match="went away"):
-        await reembed(own_db.engine, OtherModel(fail_on=2), batch_size=2)
+        await reembed(own_db.engine, OtherModel(fail_on=3), batch_size=2)  # 1: the probe
     async with own_db.engine.begin() as conn:
         await conn.execute(text("DELETE FROM memories"))
 
@@ -217,6 +217,23 @@ async def test_reembedding_moves_every_memory_to_the_real_model(own_db: Resource
         await service.close()
 
 
+async def test_a_model_that_cannot_embed_is_found_out_before_the_pass_begins(
+        own_db: Resources) -> None:
+    """A typo in the new endpoint's URL or model took the service down: the pass was
+    begun (the target recorded, the vector index dropped) before the first batch failed,
+    and no service starts until a pass is finished, every memory re-embedded."""
+    await check_on_start(own_db.engine, own_db.embedder)
+    await store(own_db, "one", "two", "three")
+    index = await vector_index(own_db)
+
+    with pytest.raises(RuntimeError, match="went away"):
+        await reembed(own_db.engine, OtherModel(fail_on=1), batch_size=2)
+
+    assert (await space_row(own_db))[:3] == (HASH, None, None)
+    assert await vector_index(own_db) == index
+    await check_on_start(own_db.engine, own_db.embedder)  # the service starts as before
+
+
 async def test_an_interrupted_reembedding_goes_on_where_it_stopped(
         own_db: Resources) -> None:
     await check_on_start(own_db.engine, own_db.embedder)
@@ -226,7 +243,7 @@ async def test_an_interrupted_reembedding_goes_on_where_it_stopped(
     assert index is not None
 
     with pytest.raises(RuntimeError, match="went away"):
-        await reembed(own_db.engine, OtherModel(fail_on=2), batch_size=2)
+        await reembed(own_db.engine, OtherModel(fail_on=3), batch_size=2)  # 1: the probe
 
     # Dropped for the pass, as for a bulk load.
     assert await vector_index(own_db) is None
@@ -266,10 +283,11 @@ async def test_a_memory_changed_while_it_was_embedded_keeps_its_writers_vector(
 
     class EditingMeanwhile(OtherModel):
         async def embed(self, texts: Sequence[str]) -> list[Vector]:
-            async with own_db.engine.begin() as conn:
-                await conn.execute(text(
-                    "UPDATE memories SET content = 'edited meanwhile' WHERE id = :id"),
-                    {"id": second})
+            if "the second text" in texts:  # the pass's batch, not its probe
+                async with own_db.engine.begin() as conn:
+                    await conn.execute(text(
+                        "UPDATE memories SET content = 'edited meanwhile' WHERE id = :id"),
+                        {"id": second})
             return await super().embed(texts)
 
     before = await stored_vectors(own_db)
@@ -340,7 +358,7 @@ async def test_the_command_stopped_by_a_failing_endpoint_goes_on_when_run_again(
         endpoint = {"ENGRAM_EMBEDDER": "openai", "ENGRAM_OPENAI_BASE_URL": server.base_url,
                     "ENGRAM_OPENAI_MAX_RETRIES": "0",
                     "ENGRAM_OPENAI_EMBEDDING_MODEL": "served-minilm"}
-        server.script(Succeed(), Fail(500))
+        server.script(Succeed(), Succeed(), Fail(500))  # the probe, a batch, a failure
         stopped = await cli(url, "reembed", "--batch-size", "2", **endpoint)
 
         assert stopped.returncode == 1
@@ -358,5 +376,5 @@ async def test_the_command_stopped_by_a_failing_endpoint_goes_on_when_run_again(
     assert finished.returncode == 0, finished.stderr
     assert finished.stdout.startswith(
         "re-embedded 1 memories with served-minilm (going on from an earlier pass) in ")
-    assert [len(r.body["input"]) for r in server.requests] == [2, 1, 1]
+    assert [len(r.body["input"]) for r in server.requests] == [1, 2, 1, 1]
     assert (await space_row(own_db))[:3] == ("served-minilm", None, None)
