@@ -110,7 +110,9 @@ class Settings(BaseSettings):
     model_cache_dir: Path | None = None
     openai_base_url: str = "https://api.openai.com/v1"
     openai_api_key: SecretStr | None = None
-    openai_embedding_model: str = "text-embedding-3-small"
+    # Recorded as the stored vectors' model: empty, it would read as "none recorded" and
+    # let any other embedder start over them.
+    openai_embedding_model: str = Field(default="text-embedding-3-small", min_length=1)
     openai_timeout_seconds: float = Field(default=10.0, gt=0, le=300)
     openai_max_retries: int = Field(default=2, ge=0, le=10)
 

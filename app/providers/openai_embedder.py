@@ -132,13 +132,19 @@ class OpenAIEmbedder:
         try:
             body: Any = response.json()
             data = sorted(body["data"], key=lambda item: item["index"])
-            vectors = [[float(x) for x in item["embedding"]] for item in data]
+            vectors = [[_number(x) for x in item["embedding"]] for item in data]
         except (ValueError, KeyError, TypeError, RecursionError) as exc:
             raise EmbeddingError(f"the embeddings API answered malformed JSON: {exc!r}",
                                  code="embedding_bad_response") from exc
         if len(vectors) != expected:
             raise EmbeddingError(
                 f"the embeddings API returned {len(vectors)} vectors for {expected} inputs",
+                code="embedding_bad_response")
+        # Two vectors under one index (and none under another) would be stored against
+        # each other's texts: the index is the only tie from a vector to its input.
+        if [item["index"] for item in data] != list(range(expected)):
+            raise EmbeddingError(
+                "the embeddings API's `index` fields are not each input's position once",
                 code="embedding_bad_response")
         for vec in vectors:
             if len(vec) != self.dimensions:
@@ -159,7 +165,21 @@ def _retry_after(response: httpx.Response) -> float | None:
         return None
 
 
+def _number(value: Any) -> float:
+    # float() takes true and "0.5" too: neither is a JSON number.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"a vector holds {value!r}, not a number")
+    return float(value)
+
+
 def _normalise(vec: Vector) -> Vector:
+    # Scaled by the largest magnitude first: the squares of 1e-200 (or 1e200) under- (or
+    # over-)flow, which made a valid direction look like a zero (or infinite) vector.
+    scale = max((abs(x) for x in vec), default=0.0)
+    if not math.isfinite(scale) or scale == 0.0:
+        raise EmbeddingError("the embeddings API returned a zero or non-finite vector",
+                             code="embedding_bad_response")
+    vec = [x / scale for x in vec]
     norm = math.sqrt(sum(x * x for x in vec))
     if not math.isfinite(norm) or norm == 0.0:
         raise EmbeddingError("the embeddings API returned a zero or non-finite vector",

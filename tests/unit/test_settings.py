@@ -77,6 +77,9 @@ def test_a_bad_port_gives_one_line_naming_engram_port(monkeypatch: pytest.Monkey
     ("ENGRAM_EMBEDDER_RUNTIME", "tensorflow"),
     ("ENGRAM_SEARCH_MIN_SIMILARITY", "1.5"),
     ("ENGRAM_SEARCH_MIN_SIMILARITY", "-2"),
+    # Recorded as the stored vectors' model, empty read as none recorded: any embedder
+    # then started over them.
+    ("ENGRAM_OPENAI_EMBEDDING_MODEL", ""),
 ])
 def test_a_bad_runtime_or_floor_is_named(monkeypatch: pytest.MonkeyPatch, name: str,
                                          value: str) -> None:

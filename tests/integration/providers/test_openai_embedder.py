@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -95,7 +95,27 @@ class ZeroVector:
     """The first vector is all zeros: no direction to normalise."""
 
 
-Behaviour = Succeed | Fail | Hang | Garbage | NoData | WrongDims | Fewer | ZeroVector
+@dataclass(frozen=True)
+class Indexed:
+    """The inputs' vectors, in order, under these `index` values."""
+
+    indices: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Scaled:
+    """Succeed's vectors times `factor`: a valid direction of a tiny or huge length."""
+
+    factor: float
+
+
+@dataclass(frozen=True)
+class Booleans:
+    """The first vector is JSON booleans."""
+
+
+Behaviour = (Succeed | Fail | Hang | Garbage | NoData | WrongDims | Fewer | ZeroVector | Indexed
+             | Scaled | Booleans)
 
 
 @dataclass(frozen=True)
@@ -192,9 +212,18 @@ class _Handler(BaseHTTPRequestHandler):
                 vectors = [raw_vector(t) for t in inputs]
                 vectors[0] = [0.0] * DIMS
                 self._embeddings(vectors)
+            case Indexed(indices=indices):
+                self._embeddings([raw_vector(t) for t in inputs], indices)
+            case Scaled(factor=factor):
+                self._embeddings([[x * factor for x in raw_vector(t)] for t in inputs])
+            case Booleans():
+                flags: list[Any] = [x > 0 for x in raw_vector(inputs[0])]
+                self._embeddings([flags, *(raw_vector(t) for t in inputs[1:])])
 
-    def _embeddings(self, vectors: list[list[float]]) -> None:
-        data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
+    def _embeddings(self, vectors: list[list[Any]],
+                    indices: Sequence[int] | None = None) -> None:
+        data = [{"object": "embedding", "index": i, "embedding": v}
+                for i, v in zip(indices or range(len(vectors)), vectors, strict=True)]
         data.reverse()  # OpenAI does not promise order; the client must sort by index
         payload = {
             "object": "list",
@@ -442,9 +471,12 @@ async def test_an_unreachable_server_is_embedding_unavailable() -> None:
 @pytest.mark.parametrize(
     "behaviour",
     [Garbage(), Garbage(b""), NoData(), WrongDims(1536), WrongDims(383), Fewer(), ZeroVector(),
-     Garbage(b'{"data": []}', content_encoding="gzip"), Garbage(b"[" * 100_000 + b"]" * 100_000)],
+     Garbage(b'{"data": []}', content_encoding="gzip"), Garbage(b"[" * 100_000 + b"]" * 100_000),
+     Indexed((0, 0)), Indexed((1, 2)), Booleans()],
     ids=["html", "empty-body", "no-data", "too-wide", "too-narrow", "fewer-vectors", "zero-vector",
-         "wrong-content-encoding", "nested-too-deep"],
+         "wrong-content-encoding", "nested-too-deep",
+         # Two vectors under one index were stored against each other's texts.
+         "an-index-twice", "indices-from-1", "booleans"],
 )
 async def test_a_malformed_answer_is_embedding_bad_response(
     server: FakeEmbeddingsServer, embedder: OpenAIEmbedder, behaviour: Behaviour
@@ -458,6 +490,19 @@ async def test_a_malformed_answer_is_embedding_bad_response(
     assert caught.value.status == 502
     # A bounded number of calls, whatever the client's retry policy for bad answers.
     assert 1 <= len(server.requests) <= MAX_RETRIES + 1
+
+
+@pytest.mark.parametrize("factor", [1e-200, 1e200])
+async def test_a_vector_of_a_tiny_or_huge_length_keeps_its_direction(
+    server: FakeEmbeddingsServer, embedder: OpenAIEmbedder, factor: float,
+) -> None:
+    """Its squares under- or overflowed: refused as "zero or non-finite"."""
+    server.default = Scaled(factor)
+
+    vectors = await embedder.embed(["first text", "second text"])
+
+    for vector, text in zip(vectors, ["first text", "second text"], strict=True):
+        assert vector == pytest.approx(unit(raw_vector(text)), abs=1e-9)
 
 
 # Through the memory API --------------------------------------------------------------------
