@@ -8,17 +8,18 @@ from sqlalchemy.exc import DBAPIError
 
 from app.embedded_db import EmbeddedSettingRefused
 from app.embedding_space.service import VectorSpaceMismatch
-from app.migrate import MigrationLockTimeout
+from app.migrate import MigrationLockTimeout, SchemaNewer
 
 # An operator's decision or the surroundings, not a fault of the code: their one line says
 # what to do, and a traceback adds nothing.
-OPERATIONAL = (VectorSpaceMismatch, MigrationLockTimeout, EmbeddedSettingRefused, DBAPIError,
-               asyncpg.PostgresError, asyncpg.InterfaceError, OSError, ConnectionError,
-               TimeoutError)
+OPERATIONAL = (VectorSpaceMismatch, MigrationLockTimeout, SchemaNewer, EmbeddedSettingRefused,
+               DBAPIError, asyncpg.PostgresError, asyncpg.InterfaceError, OSError,
+               ConnectionError, TimeoutError)
 
 
 def describe(exc: BaseException) -> str:
-    if isinstance(exc, VectorSpaceMismatch | MigrationLockTimeout | EmbeddedSettingRefused):
+    if isinstance(exc, VectorSpaceMismatch | MigrationLockTimeout | SchemaNewer
+                  | EmbeddedSettingRefused):
         return str(exc)
     if isinstance(exc, DBAPIError) and exc.orig is not None:
         exc = exc.orig

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from pathlib import Path
 from types import ModuleType
@@ -10,6 +11,7 @@ from types import ModuleType
 from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
+from alembic.util.exc import CommandError
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -33,14 +35,39 @@ def alembic_config(url: str | None = None) -> Config:
     return cfg
 
 
+@functools.cache
+def _scripts() -> ScriptDirectory:
+    # Read once: the migrations this process's code came with. Files replaced on disk
+    # before a restart (a deploy) are the next process's; and a readiness probe read
+    # the directory each time (~10 ms).
+    return ScriptDirectory.from_config(alembic_config())
+
+
 def head_revision() -> str | None:
-    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+    return _scripts().get_current_head()
+
+
+def known_revision(revision: str) -> bool:
+    """Whether this version's migrations include `revision` (a newer version's do not)."""
+    try:
+        return _scripts().get_revision(revision) is not None
+    except CommandError:
+        return False
+
+
+def newer_schema(current: set[str]) -> str | None:
+    """Why this version cannot run on a schema a newer version migrated, if it was."""
+    unknown = sorted(r for r in current if not known_revision(r))
+    if not unknown:
+        return None
+    return (f"the schema is at {', '.join(unknown)}, which this version of Engram (head "
+            f"{head_revision()}) does not know: a newer version migrated it; run that version")
 
 
 def revision_module(revision: str) -> ModuleType:
     """A migration's module, for a later migration's downgrade to restore the SQL that
     revision wrote (a migration freezes its own SQL rather than import the current one)."""
-    script = ScriptDirectory.from_config(alembic_config()).get_revision(revision)
+    script = _scripts().get_revision(revision)
     if script is None:
         raise LookupError(f"no migration {revision}")
     module: ModuleType = script.module
@@ -76,6 +103,10 @@ class MigrationLockTimeout(RuntimeError):
     """A migration could not take a table's lock: long transactions held it."""
 
 
+class SchemaNewer(RuntimeError):
+    """The schema was migrated by a newer version of Engram than this one."""
+
+
 # SQLSTATE lock_not_available: a statement gave up waiting at lock_timeout.
 _LOCK_NOT_AVAILABLE = "55P03"
 
@@ -94,6 +125,9 @@ async def upgrade_to_head(engine: AsyncEngine, revision: str = "head", *,
     migrating for minutes (an index build).
     """
     await require_vector_extension(engine)
+    # Alembic's own word for it was "Can't locate revision identified by '0028'".
+    if (newer := newer_schema(await current_revisions(engine))) is not None:
+        raise SchemaNewer(newer)
     for attempt in range(1, attempts + 1):
         try:
             async with engine.begin() as conn:

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from sqlalchemy import text
 
 from app.errors import DatabaseUnavailable
-from app.migrate import current_revisions, head_revision
+from app.migrate import current_revisions, head_revision, newer_schema
 from app.service.metrics import render_metrics
 
 router = APIRouter(tags=["service"])
@@ -51,10 +51,9 @@ async def readyz(request: Request) -> Readiness:
         raise DatabaseUnavailable("the database could not be reached") from exc
     head = head_revision()
     if head not in current:
-        raise DatabaseUnavailable(
+        raise DatabaseUnavailable(newer_schema(current) or (
             f"the schema is at {sorted(current) or 'nothing'}, not at head {head}; "
-            "run `make migrate`"
-        )
+            "run `python -m app migrate` (`make migrate`)"))
     return Readiness(status="ready", database="ok", schema_revision=head, head_revision=head)
 
 

@@ -4,6 +4,7 @@ upgrade again, and autogenerate finds no difference between the models and the s
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 import uuid
@@ -30,13 +31,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from app.migrate import (
     MIGRATION_LOCK_ID,
     MigrationLockTimeout,
+    SchemaNewer,
     current_revisions,
     downgrade,
     head_revision,
     upgrade_to_head,
 )
 from app.models import DEFAULT_TENANT_ID, Base, Tenant
-from tests.conftest import fresh_database
+from app.resources import Resources
+from tests.conftest import fresh_database, make_client
 
 ENGRAM_TABLES = {"tenants", "api_keys", "idempotency_keys", "memories"}
 
@@ -403,3 +406,37 @@ async def test_memories_take_their_version_from_their_history_and_drop_it_on_dow
         await conn.execute(change, {"id": untouched})
     assert await numbers(edited) == [3, 4]
     assert await numbers(untouched) == [1]
+
+
+async def test_a_schema_a_newer_version_migrated_is_named_as_such_and_left_alone(
+    fresh_engine: AsyncEngine, resources: Resources,
+) -> None:
+    """Alembic said "Can't locate revision identified by '0099'", and /readyz "run `make
+    migrate`", which cannot help: this version's migrations end before it."""
+    await upgrade_to_head(fresh_engine)
+    async with fresh_engine.begin() as conn:
+        await conn.execute(text("UPDATE alembic_version SET version_num = '0099'"))
+
+    with pytest.raises(SchemaNewer) as refused:
+        await upgrade_to_head(fresh_engine)
+    assert str(refused.value) == (
+        f"the schema is at 0099, which this version of Engram (head {head_revision()}) "
+        "does not know: a newer version migrated it; run that version")
+    assert await current_revisions(fresh_engine) == {"0099"}
+
+    async with make_client(dataclasses.replace(resources, engine=fresh_engine)) as client:
+        ready = await client.get("/readyz")
+    assert ready.status_code == 503
+    assert ready.json()["detail"] == str(refused.value)
+
+
+async def test_a_schema_behind_says_to_migrate(
+    fresh_engine: AsyncEngine, resources: Resources,
+) -> None:
+    await upgrade_to_head(fresh_engine, "0026")
+    async with make_client(dataclasses.replace(resources, engine=fresh_engine)) as client:
+        ready = await client.get("/readyz")
+    assert ready.status_code == 503
+    assert ready.json()["detail"] == (
+        f"the schema is at ['0026'], not at head {head_revision()}; run `python -m app "
+        "migrate` (`make migrate`)")
