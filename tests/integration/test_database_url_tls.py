@@ -57,10 +57,10 @@ async def test_a_url_requiring_tls_asks_the_server_for_it_on_every_path(
 ) -> None:
     engine = create_engine(f"{tcp_base}?{query}", settings)
     try:
-        with pytest.raises(Exception) as on_engine:
+        with pytest.raises(Exception) as on_engine:  # noqa: PT011
             async with engine.connect():
                 pass
-        with pytest.raises(Exception) as on_pool:
+        with pytest.raises(Exception) as on_pool:  # noqa: PT011
             await asyncpg.connect(asyncpg_dsn(engine))
     finally:
         await engine.dispose()
