@@ -48,7 +48,7 @@ class CapacityBound:
         if over:
             user, n = over[0]
             raise ValidationFailed.on(
-                "body.items", f"holds {n} memories of user {user!r}, more than the "
+                "items", f"holds {n} memories of user {user!r}, more than the "
                 f"{self.per_user} active memories a user may have; write them in parts, "
                 "or fewer")
 

@@ -120,7 +120,7 @@ async def create_memory(
              summary="Store up to 1000 memories, all or nothing", response_model=MemoryBatch,
              responses=problems(409, 502),
              description=CAP_NOTE + " A batch holding more memories of one user than the cap "
-             "is refused with 422 (`body.items`).")
+             "is refused with 422 (`items`).")
 async def create_memories(
     body: MemoryBatchCreate, request: Request, session: SessionDep, caller: CallerDep,
     idempotency_key: IdempotencyKey = None,

@@ -120,7 +120,8 @@ async def test_a_batch_that_cannot_fit_is_refused_whole(
     assert refused.status_code == 422, refused.text
     assert refused.headers["content-type"].startswith("application/problem+json")
     problem = refused.json()
-    assert problem["errors"][0]["field"] == "body.items"
+    # Named as the body's other fields are (`items.3.content`), not `body.items`.
+    assert problem["errors"][0]["field"] == "items"
     assert "holds 4 memories of user 'u', more than the 3 active memories a user may " \
            "have" in problem["errors"][0]["message"]
     assert unchanged == ["already here"]
