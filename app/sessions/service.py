@@ -122,12 +122,20 @@ class SessionService:
         return AppendedTurn(**_turn(turn).model_dump(), session_id=state.session_id,
                             warning=fold_warning(state, self.folds))
 
-    async def _settle_folds(self, state: SessionState) -> SessionState:
-        """Drop the folds past the backlog's bound, and flag and queue the fold when one is
-        due; in the transaction that locked `state`."""
+    async def _settle_folds(self, state: SessionState, *, switched: bool = False) -> SessionState:
+        """Flag and queue the fold when one is due, in the transaction that locked `state`;
+        while the summariser is degraded (or the session has just switched to
+        `rolling_summary`), first drop the folds past the backlog's bound.
+
+        Not while it is healthy: a burst of appends (a transcript imported) outruns any
+        summariser for a while, and dropping then lost turns from the summary for nothing;
+        under a steady stream each drop moved the cursor under the fold in flight, which
+        was then discarded, so nothing was ever summarised (1,252 turns dropped, 0
+        summarised, in a probe)."""
         if state.strategy != "rolling_summary":
             return state
-        dropped = overflow(state.turns, state.cursor, self.folds)
+        bounded = switched or state.health.state == "degraded"
+        dropped = overflow(state.turns, state.cursor, self.folds) if bounded else []
         if dropped:
             for chunk in dropped:
                 await self.repository.add_event(state.session_id, "backlog_overflow", {
@@ -156,14 +164,15 @@ class SessionService:
         summariser's backlog overflows (with the same events); the rest are folded.
         """
         state, created = await self.repository.lock_or_create(session_id, config.strategy)
-        if state.strategy != config.strategy:
+        switched = state.strategy != config.strategy
+        if switched:
             await self.repository.set_strategy(session_id, config.strategy)
             await self.repository.add_event(session_id, "strategy_changed", {
                 "from": state.strategy, "to": config.strategy})
             log.info("session %s: strategy %s -> %s", session_id, state.strategy,
                      config.strategy)
             state = replace(state, strategy=config.strategy)
-        await self._settle_folds(state)
+        await self._settle_folds(state, switched=switched)
         # Read again (the row is locked by this transaction): settling may have moved the
         # cursor and flagged a fold, and the switch stamped updated_at.
         final = await self.repository.get(session_id)

@@ -19,7 +19,7 @@ from app.resources import Resources
 from app.sessions import folder as folder_module
 from app.sessions.folder import FOLD_JOB
 from app.sessions.jobs import requeue_stalled_folds
-from app.sessions.summariser import ExtractiveSummariser
+from app.sessions.summariser import ExtractiveSummariser, SummaryFailed
 from app.sessions.types import TurnView
 from app.worker.jobs import default_registry
 from app.worker.runner import Worker
@@ -293,13 +293,26 @@ async def test_a_full_backlog_drops_the_oldest_fold_and_records_it(
     assert "(turn 9)" in context["summary"]
 
 
+class Refusing:
+    """A summariser that is down."""
+
+    name = "refusing"
+
+    async def fold(self, summary: str | None, turns: Sequence[TurnView], max_chars: int) -> str:
+        raise SummaryFailed("llm_http_error", "the LLM answered 500")
+
+
 async def test_a_fold_whose_turns_were_dropped_meanwhile_is_discarded(
     small: Resources, small_client: httpx.AsyncClient, tenant: TenantKey,
 ) -> None:
     sid = new_id()
+    await say(small_client, sid, 6)
+    for _ in range(2):  # degraded: from now on the backlog is bounded
+        await folder_with(small, tenant, sid, Refusing()).run()
+    assert (await get_json(small_client, f"/v1/sessions/{sid}"))["health"]["state"] == \
+        "degraded"
     gated = GatedSummariser()
     folder = folder_with(small, tenant, sid, gated)
-    await say(small_client, sid, 6)
     running = asyncio.create_task(folder.run())
     await asyncio.wait_for(gated.started.wait(), 5)
     # Meanwhile the backlog overflows: the fold of turns 1-4 in flight is dropped.
@@ -313,6 +326,35 @@ async def test_a_fold_whose_turns_were_dropped_meanwhile_is_discarded(
     assert "stale" not in (context["summary"] or "")
     assert outcome.folds == 2  # turns 5-8 and 9-12, read again after the discard
     assert (await get_json(small_client, f"/v1/sessions/{sid}"))["cursor"] == 12
+
+
+async def test_a_burst_of_turns_is_folded_whole_while_the_summariser_is_healthy(
+    small: Resources, small_client: httpx.AsyncClient, tenant: TenantKey,
+) -> None:
+    """The backlog's bound is for a summariser that is down. Applied while it was healthy,
+    a burst (a transcript imported) lost its oldest turns from the summary, and a steady
+    stream moved the cursor under each fold in flight, which was then discarded: nothing
+    was ever summarised."""
+    sid = new_id()
+    gated = GatedSummariser()
+    folder = folder_with(small, tenant, sid, gated)
+    await say(small_client, sid, 6)
+    running = asyncio.create_task(folder.run())
+    await asyncio.wait_for(gated.started.wait(), 5)
+    await say(small_client, sid, 24, start=6)  # 7 folds due, against backlog_max 2
+    session = await get_json(small_client, f"/v1/sessions/{sid}")
+    assert (session["cursor"], session["counts"]["dropped"]) == (0, 0)
+    folder.summariser = ExtractiveSummariser()
+    gated.release.set()
+    outcome = await asyncio.wait_for(running, 10)
+
+    # The fold in flight was kept, and every due fold after it ran.
+    assert outcome.folds == 7
+    session = await get_json(small_client, f"/v1/sessions/{sid}")
+    assert (session["cursor"], session["counts"]["dropped"]) == (28, 0)
+    kinds = [e["kind"] for e in (await get_json(
+        small_client, f"/v1/sessions/{sid}/events"))["items"]]
+    assert "backlog_overflow" not in kinds
 
 
 @pytest.mark.parametrize("delete", ["session", "user"])
