@@ -30,10 +30,14 @@ class EmbeddingError(ProviderError):
     code = "embedding_error"
     title = "Embedding provider failed"
 
-    def __init__(self, detail: str, *, code: str, status: int = 502) -> None:
+    def __init__(self, detail: str, *, code: str, status: int = 502,
+                 retry_after: int | None = None) -> None:
         super().__init__(detail)
         self.code = code
         self.status = status
+        # Told to the client (Retry-After) when waiting helps: an endpoint out of reach
+        # or rate limiting.
+        self.retry_after = retry_after
 
 
 class OpenAIEmbedder:
@@ -89,7 +93,8 @@ class OpenAIEmbedder:
                     code="embedding_timeout", status=504)
             except httpx.TransportError as exc:
                 error = EmbeddingError(f"the embeddings API could not be reached: {exc}",
-                                       code="embedding_unavailable", status=503)
+                                       code="embedding_unavailable", status=503,
+                                       retry_after=1)
             except httpx.HTTPError as exc:
                 # The answer came, but not as HTTP can read it (a Content-Encoding the
                 # body is not in): a bad response, as a malformed body is, not retried.
@@ -110,14 +115,18 @@ class OpenAIEmbedder:
                 # The body stays in the log: it can echo credentials back.
                 log.warning("embeddings API answered %d: %s", response.status_code,
                             response.text[:500])
-                error = EmbeddingError(
-                    f"the embeddings API answered {response.status_code}",
-                    code="embedding_upstream_error", status=502)
+                retry_after = _retry_after(response)
+                error = _answered(response.status_code, retry_after)
                 if response.status_code not in RETRYABLE_STATUS:
                     _count(started, error.code)
                     raise error
-                retry_after = _retry_after(response)
             _count(started, error.code)
+            if retry_after is not None and retry_after > MAX_RETRY_AFTER:
+                # Waiting that long would hold the request (and its client) past any
+                # sense; the client is told when to come back instead.
+                log.warning("embeddings API asked to wait %gs, longer than the %gs this "
+                            "client waits; not retried", retry_after, MAX_RETRY_AFTER)
+                raise error
             if attempt >= self._max_retries:
                 raise error
             delay = self._backoff_base * (2**attempt)
@@ -158,11 +167,23 @@ class OpenAIEmbedder:
         await self._client.aclose()
 
 
+def _answered(status: int, retry_after: float | None) -> EmbeddingError:
+    if status == 429:
+        # The endpoint's limit, not a fault: 503 with its Retry-After, so a client backs
+        # off, where a 502 says the upstream is broken.
+        return EmbeddingError("the embeddings API is rate limiting this service (429)",
+                              code="embedding_rate_limited", status=503,
+                              retry_after=max(1, math.ceil(retry_after or 1)))
+    return EmbeddingError(f"the embeddings API answered {status}",
+                          code="embedding_upstream_error", status=502)
+
+
 def _retry_after(response: httpx.Response) -> float | None:
     try:
-        return max(0.0, float(response.headers.get("retry-after", "")))
+        seconds = float(response.headers.get("retry-after", ""))
     except ValueError:
         return None
+    return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
 def _number(value: Any) -> float:

@@ -62,6 +62,7 @@ class Succeed:
 @dataclass(frozen=True)
 class Fail:
     status: int = 500
+    retry_after: str | None = None
 
 
 @dataclass(frozen=True)
@@ -195,8 +196,9 @@ class _Handler(BaseHTTPRequestHandler):
         match behaviour:
             case Succeed():
                 self._embeddings([raw_vector(t) for t in inputs])
-            case Fail(status=status):
-                self._send(status, b'{"error": {"message": "scripted failure"}}')
+            case Fail(status=status, retry_after=retry_after):
+                self._send(status, b'{"error": {"message": "scripted failure"}}',
+                           retry_after=retry_after)
             case Hang(seconds=seconds):
                 self.server.fake.stopping.wait(seconds)
                 self._embeddings([raw_vector(t) for t in inputs])
@@ -234,9 +236,11 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, json.dumps(payload).encode())
 
     def _send(self, status: int, payload: bytes, content_type: str = "application/json",
-              content_encoding: str | None = None) -> None:
+              content_encoding: str | None = None, retry_after: str | None = None) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
+        if retry_after is not None:
+            self.send_header("Retry-After", retry_after)
         if content_encoding is not None:
             self.send_header("Content-Encoding", content_encoding)
         self.send_header("Content-Length", str(len(payload)))
@@ -466,6 +470,39 @@ async def test_an_unreachable_server_is_embedding_unavailable() -> None:
 
     assert caught.value.code == "embedding_unavailable"
     assert caught.value.status == 503
+    assert caught.value.retry_after == 1  # as a database out of reach: come back soon
+
+
+async def test_a_rate_limit_asking_a_long_wait_is_not_waited_for_and_passed_on(
+    server: FakeEmbeddingsServer, embedder: OpenAIEmbedder,
+) -> None:
+    """A 429 with Retry-After: 30 held the request ~20 s (its retries waited the 10 s cap
+    each), then answered 502 without a Retry-After: the client neither got an early
+    answer nor knew when to come back."""
+    server.default = Fail(429, retry_after="30")
+
+    started = time.monotonic()
+    with pytest.raises(EmbeddingError) as caught:
+        await embedder.embed(["hello"])
+
+    assert time.monotonic() - started < 2
+    assert len(server.requests) == 1
+    assert (caught.value.code, caught.value.status, caught.value.retry_after) == (
+        "embedding_rate_limited", 503, 30)
+
+
+@pytest.mark.parametrize("retry_after", [None, "0", "inf", "soon"])
+async def test_a_rate_limit_is_retried_then_told_as_503_with_a_retry_after(
+    server: FakeEmbeddingsServer, embedder: OpenAIEmbedder, retry_after: str | None,
+) -> None:
+    server.default = Fail(429, retry_after=retry_after)
+
+    with pytest.raises(EmbeddingError) as caught:
+        await embedder.embed(["hello"])
+
+    assert len(server.requests) == MAX_RETRIES + 1
+    assert (caught.value.code, caught.value.status, caught.value.retry_after) == (
+        "embedding_rate_limited", 503, 1)
 
 
 @pytest.mark.parametrize(
@@ -548,6 +585,7 @@ FAILURES = [
     pytest.param(WrongDims(1536), 502, "embedding_bad_response", id="wrong-dims"),
     pytest.param(Hang(10.0), 504, "embedding_timeout", id="hang"),
     pytest.param(None, 503, "embedding_unavailable", id="unreachable"),
+    pytest.param(Fail(429, retry_after="30"), 503, "embedding_rate_limited", id="rate-limited"),
 ]
 
 
@@ -582,6 +620,9 @@ async def test_a_failing_provider_is_a_stable_problem_and_writes_nothing(
             assert problem["title"]
             assert problem["detail"]
             assert "Traceback" not in resp.text
+            # When waiting helps, the client is told how long.
+            expected_wait = {"embedding_unavailable": "1", "embedding_rate_limited": "30"}
+            assert resp.headers.get("retry-after") == expected_wait.get(code)
 
             listed = await client.get("/v1/memories")
             assert listed.status_code == 200
