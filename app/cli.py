@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, TypeVar
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.service import log_format
-from app.settings import Settings, format_settings_error
+from app.settings import Settings, format_settings_error, unknown_settings
 from app.tenants.rate_limit import RateLimit
 
 if TYPE_CHECKING:
@@ -32,10 +32,13 @@ if TYPE_CHECKING:
 
 def _load_settings() -> Settings:
     try:
-        return Settings()
+        settings = Settings()
     except Exception as exc:
         print(f"engram: {format_settings_error(exc)}", file=sys.stderr)
         raise SystemExit(2) from None
+    for line in unknown_settings(os.environ):
+        print(f"engram: warning: {line}", file=sys.stderr)
+    return settings
 
 
 def serve(settings: Settings) -> int:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
+from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import Literal
@@ -341,3 +343,17 @@ def format_settings_error(exc: Exception) -> str:
             parts.append(f"{env}: {err['msg']}")
         return "invalid setting " + "; ".join(parts)
     return f"invalid settings: {exc}"
+
+
+def unknown_settings(environ: Mapping[str, str]) -> list[str]:
+    """A line for each ENGRAM_ variable that is no setting: a misspelt one is otherwise
+    ignored in silence (ENGRAM_AUTH_ENABLE=true left authentication off)."""
+    known = {f"ENGRAM_{name.upper()}" for name in Settings.model_fields}
+    lines = []
+    for name in sorted(n for n in environ if n.upper().startswith("ENGRAM_")):
+        if name.upper() in known:
+            continue
+        close = difflib.get_close_matches(name.upper(), sorted(known), n=1, cutoff=0.8)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        lines.append(f"{name} is not a setting and is ignored{hint}")
+    return lines

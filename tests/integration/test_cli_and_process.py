@@ -370,6 +370,17 @@ def test_migrate_against_an_unreachable_database_is_a_short_error() -> None:
     assert "database" in result.stderr.lower()
 
 
+def test_a_misspelt_setting_is_warned_of_by_every_command() -> None:
+    url = f"postgresql://engram@127.0.0.1:{free_port()}/engram"
+
+    result = run_sync("migrate", env=base_env(ENGRAM_DATABASE_URL=url,
+                                              ENGRAM_AUTH_ENABLE="true"))
+
+    assert meaningful_lines(result.stderr)[0] == (
+        "engram: warning: ENGRAM_AUTH_ENABLE is not a setting and is ignored (did you mean "
+        "ENGRAM_AUTH_ENABLED?)")
+
+
 # Refusing to start ------------------------------------------------------------------------
 
 

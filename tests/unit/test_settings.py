@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from app.settings import Settings, format_settings_error
+from app.settings import Settings, format_settings_error, unknown_settings
 
 
 @pytest.fixture(autouse=True)
@@ -250,3 +250,14 @@ def test_every_setting_is_in_the_readme() -> None:
                if name not in named and not any(name.startswith(f) for f in families)]
     assert missing == []
     assert len(settings) > 80
+
+
+def test_a_misspelt_variable_is_named_with_the_setting_it_resembles() -> None:
+    """ENGRAM_AUTH_ENABLE=true was ignored in silence, leaving authentication off."""
+    lines = unknown_settings({"ENGRAM_AUTH_ENABLE": "true", "ENGRAM_PORT": "8080",
+                              "engram_log_level": "info", "ENGRAM_NOTHING_LIKE_IT": "1",
+                              "PATH": "/bin"})
+    assert lines == [
+        "ENGRAM_AUTH_ENABLE is not a setting and is ignored (did you mean "
+        "ENGRAM_AUTH_ENABLED?)",
+        "ENGRAM_NOTHING_LIKE_IT is not a setting and is ignored"]
