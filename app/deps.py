@@ -53,6 +53,11 @@ def refuse_undecodable_params(request: Request) -> None:
                     raise ValidationFailed.on(
                         f"query.{unquote(name.decode('latin-1'))}", _NOT_UTF8)
     raw_path = request.scope.get("raw_path") or b""
+    if b"%" in raw_path and b"%2f" in raw_path.lower():
+        # The path is routed decoded, so `/v1/sessions/a%2Fturns` (the session "a/turns")
+        # was answered as session a's turns: an id never holds a "/".
+        raise ValidationFailed.on("path", "holds an encoded '/' (%2F): an id cannot hold "
+                                          "a '/'")
     if b"%" in raw_path and not _utf8(raw_path):
         bad = [name for name, value in request.path_params.items()
                if isinstance(value, str) and "\ufffd" in value]

@@ -31,7 +31,7 @@ from app.validation import ScopeId
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
 SessionId = Annotated[ScopeId, Path(description="The client's id for the session "
-                                                "(1 to 255 characters).")]
+                                                "(1 to 255 characters, no '/').")]
 
 
 def _service(request: Request, session: SessionDep, caller: CallerDep) -> SessionService:

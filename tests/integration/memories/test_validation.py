@@ -680,6 +680,22 @@ async def test_percent_escapes_that_are_not_utf8_are_422_naming_the_parameter(
     assert (await client.get(f"/v1/memories/{kept['id']}")).status_code == 200
 
 
+# (`/v1/sessions/a%2Fb/turns` matches no route once decoded: a 404, as any unknown path.)
+@pytest.mark.parametrize("url", ["/v1/sessions/conc%2Fturns", "/v1/sessions/conc%2fevents"])
+async def test_an_encoded_slash_in_an_id_is_422_naming_the_path(
+    client: httpx.AsyncClient, url: str,
+) -> None:
+    """The path is routed decoded: GET /v1/sessions/conc%2Fturns (the session
+    "conc/turns") answered session conc's turns, a body of another schema about another
+    session."""
+    await client.post("/v1/sessions/conc/turns", json={"role": "user", "content": "hi"})
+
+    resp = await client.get(url)
+
+    problem = assert_validation_problem(resp, "path")
+    assert "'/'" in problem["errors"][0]["message"]
+
+
 async def test_percent_escaped_utf8_is_read_as_the_text_it_encodes(
     client: httpx.AsyncClient,
 ) -> None:
