@@ -38,26 +38,30 @@ _INSERT = (
 )
 
 
+# The function this revision installs (migration 0027's downgrade restores it).
+FUNCTION = (
+    "CREATE OR REPLACE FUNCTION memories_history() RETURNS trigger LANGUAGE plpgsql AS $$\n"
+    "DECLARE\n"
+    "  keep int := nullif(current_setting('engram.history_max_versions', true), '')::int;\n"
+    "  added int;\n"
+    "BEGIN\n"
+    "  IF keep IS NOT NULL AND keep <= 0 THEN\n"
+    "    RETURN NULL;\n"
+    "  END IF;\n"
+    f"{_INSERT}\n"
+    "  RETURNING version INTO added;\n"
+    "  IF keep IS NOT NULL AND added > keep THEN\n"
+    "    DELETE FROM memory_versions v\n"
+    "     WHERE v.tenant_id = OLD.tenant_id AND v.memory_id = OLD.id\n"
+    "       AND v.version <= added - keep;\n"
+    "  END IF;\n"
+    "  RETURN NULL;\n"
+    "END $$")
+
+
 def upgrade() -> None:
     # CREATE OR REPLACE keeps the trigger (and its WHEN clause) pointing at the function.
-    op.execute(
-        "CREATE OR REPLACE FUNCTION memories_history() RETURNS trigger LANGUAGE plpgsql AS $$\n"
-        "DECLARE\n"
-        "  keep int := nullif(current_setting('engram.history_max_versions', true), '')::int;\n"
-        "  added int;\n"
-        "BEGIN\n"
-        "  IF keep IS NOT NULL AND keep <= 0 THEN\n"
-        "    RETURN NULL;\n"
-        "  END IF;\n"
-        f"{_INSERT}\n"
-        "  RETURNING version INTO added;\n"
-        "  IF keep IS NOT NULL AND added > keep THEN\n"
-        "    DELETE FROM memory_versions v\n"
-        "     WHERE v.tenant_id = OLD.tenant_id AND v.memory_id = OLD.id\n"
-        "       AND v.version <= added - keep;\n"
-        "  END IF;\n"
-        "  RETURN NULL;\n"
-        "END $$")
+    op.execute(FUNCTION)
     op.create_index("ix_memory_versions_replaced_at", "memory_versions", ["replaced_at"])
 
 

@@ -32,6 +32,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from app.migrate import revision_module
+
 revision: str = "0027"
 down_revision: str | None = "0026"
 branch_labels: str | Sequence[str] | None = None
@@ -78,28 +80,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     # Migration 0020's function and 0018's trigger, as they were.
     op.execute("DROP TRIGGER memories_history ON memories")
-    op.execute(
-        "CREATE OR REPLACE FUNCTION memories_history() RETURNS trigger LANGUAGE plpgsql AS $$\n"
-        "DECLARE\n"
-        "  keep int := nullif(current_setting('engram.history_max_versions', true), '')::int;\n"
-        "  added int;\n"
-        "BEGIN\n"
-        "  IF keep IS NOT NULL AND keep <= 0 THEN\n"
-        "    RETURN NULL;\n"
-        "  END IF;\n"
-        f"  INSERT INTO memory_versions ({_COLUMNS})\n"
-        "  SELECT OLD.tenant_id, OLD.id, coalesce(max(v.version), 0) + 1, OLD.content,\n"
-        "      OLD.category, OLD.tags, OLD.importance, OLD.metadata, OLD.expires_at,\n"
-        "      OLD.updated_at, NEW.updated_at\n"
-        "    FROM memory_versions v WHERE v.tenant_id = OLD.tenant_id AND v.memory_id = OLD.id\n"
-        "  RETURNING version INTO added;\n"
-        "  IF keep IS NOT NULL AND added > keep THEN\n"
-        "    DELETE FROM memory_versions v\n"
-        "     WHERE v.tenant_id = OLD.tenant_id AND v.memory_id = OLD.id\n"
-        "       AND v.version <= added - keep;\n"
-        "  END IF;\n"
-        "  RETURN NULL;\n"
-        "END $$")
+    op.execute(revision_module("0020").FUNCTION)
     op.execute(f"CREATE TRIGGER memories_history AFTER UPDATE ON memories FOR EACH ROW "
                f"WHEN ({_CHANGED}) EXECUTE FUNCTION memories_history()")
     op.drop_column("memories", "version")
