@@ -8,10 +8,11 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeGuard
 
 from app.errors import Conflict, ValidationFailed
 from app.idempotency.repository import IdempotencyRepository
+from app.models import IdempotencyRecord
 
 HEADER = "Idempotency-Key"
 KEY_PATTERN = r"^[\x21-\x7e]{1,255}$"
@@ -45,12 +46,14 @@ class IdempotencyService:
         self.repository = repository
         self.ttl = ttl
 
+    def _live(self, record: IdempotencyRecord | None) -> TypeGuard[IdempotencyRecord]:
+        return record is not None and record.created_at >= datetime.now(UTC) - self.ttl
+
     async def answered(self, key: str, operation: str, body: Any) -> bool:
         """Whether this request, under `key`, would be answered from the key's record:
         work `run`'s `produce` would not repeat must not be done before it either."""
         record = await self.repository.get(key)
-        return (record is not None
-                and record.created_at >= datetime.now(UTC) - self.ttl
+        return (self._live(record)
                 and record.operation == operation
                 and record.request_hash == request_hash(operation, body)
                 and record.status_code is not None and record.response_body is not None)
@@ -66,8 +69,7 @@ class IdempotencyService:
         digest = request_hash(operation, body)
         if not await self.repository.claim(key, operation, digest):
             record = await self.repository.get(key)
-            expired = record is None or record.created_at < datetime.now(UTC) - self.ttl
-            if record is not None and not expired:
+            if self._live(record):
                 if record.operation != operation or record.request_hash != digest:
                     raise Conflict(
                         f"{HEADER} {key!r} was already used with a different request; "
