@@ -211,7 +211,7 @@ class Settings(BaseSettings):
     max_memories_per_user: int = Field(default=0, ge=0, le=100_000_000)
 
     # Sessions (app/sessions): the context strategy a new session runs, the context's
-    # budget in estimated tokens (4 characters each), and the rolling summary's folds:
+    # budget in estimated tokens (4 ASCII characters each, 1 any other), and the rolling summary's folds:
     # when a session's unsummarised turns reach session_fold_threshold, the oldest are
     # folded into its summary and the newest session_recent_turns stay as they are.
     session_strategy: Literal["none", "truncation", "rolling_summary"] = "rolling_summary"

@@ -1,8 +1,12 @@
 """What an agent puts in its prompt, per context strategy: pure functions of a session's
 state and its newest turns.
 
-Tokens are estimated at four characters each (there is no one tokenizer for every
-agent's model); the estimate is stored with each turn and reported with the context.
+Tokens are estimated (there is no one tokenizer for every agent's model) at four ASCII
+characters each, and one for any other character: a CJK character is a token or more to
+the usual tokenizers, an emoji two or three, so four of them a token undercounted such
+text three- or fourfold and a context overran the prompt it was sized for; other scripts
+are overcounted instead, which only shows fewer turns. The estimate is stored with each
+turn and reported with the context.
 """
 
 from __future__ import annotations
@@ -18,7 +22,10 @@ CHARS_PER_TOKEN = 4
 
 
 def estimate_tokens(text: str) -> int:
-    return max(1, -(-len(text) // CHARS_PER_TOKEN))
+    if text.isascii():
+        return max(1, -(-len(text) // CHARS_PER_TOKEN))
+    ascii_chars = len(text.encode("ascii", "ignore"))
+    return max(1, -(-ascii_chars // CHARS_PER_TOKEN) + len(text) - ascii_chars)
 
 
 @dataclass(frozen=True, slots=True)

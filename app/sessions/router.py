@@ -145,8 +145,8 @@ async def list_turns(
 async def get_session_context(
     session_id: SessionId, request: Request, caller: CallerDep,
     budget_tokens: Annotated[int | None, Query(
-        ge=1, le=1_000_000, description="This call's budget in estimated tokens (4 "
-        "characters each); default ENGRAM_SESSION_BUDGET_TOKENS.")] = None,
+        ge=1, le=1_000_000, description="This call's budget in estimated tokens (4 ASCII "
+        "characters each, 1 for any other); default ENGRAM_SESSION_BUDGET_TOKENS.")] = None,
 ) -> SessionContext:
     # A misspelt budget (`?budget=500`) would answer the default budget's context.
     refuse_unknown_params(request, frozenset({"budget_tokens"}))
