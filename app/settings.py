@@ -211,9 +211,10 @@ class Settings(BaseSettings):
     max_memories_per_user: int = Field(default=0, ge=0, le=100_000_000)
 
     # Sessions (app/sessions): the context strategy a new session runs, the context's
-    # budget in estimated tokens (4 ASCII characters each, 1 any other), and the rolling summary's folds:
-    # when a session's unsummarised turns reach session_fold_threshold, the oldest are
-    # folded into its summary and the newest session_recent_turns stay as they are.
+    # budget in estimated tokens (4 ASCII characters each, 1 any other), and the rolling
+    # summary's folds: when a session's unsummarised turns reach session_fold_threshold,
+    # the oldest are folded into its summary and the newest session_recent_turns stay as
+    # they are.
     session_strategy: Literal["none", "truncation", "rolling_summary"] = "rolling_summary"
     session_budget_tokens: int = Field(default=2000, ge=1, le=1_000_000)
     session_fold_threshold: int = Field(default=20, ge=2, le=10_000)

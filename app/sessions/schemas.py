@@ -46,7 +46,8 @@ class Turn(BaseModel):
     content: str
     user_id: str | None
     agent_id: str | None
-    tokens: int = Field(description="Estimated tokens (4 ASCII characters each, 1 for any other character).")
+    tokens: int = Field(description="Estimated tokens (4 ASCII characters each, 1 for any "
+                                    "other character).")
     created_at: datetime
 
 

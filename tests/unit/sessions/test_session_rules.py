@@ -316,7 +316,7 @@ def test_fold_properties_over_many_turn_counts() -> None:
     ("text", "tokens"),
     [("", 1), ("a", 1), ("abcd", 1), ("abcde", 2), ("abcdefgh", 2), ("x" * 401, 101),
      # Any other character is a token: 40 emoji were "10 tokens", a tokenizer's ~100.
-     ("\U0001f600" * 40, 40), ("你好，世界", 5), ("Grüße", 3), ("see 東京 at 9", 5)],
+     ("\U0001f600" * 40, 40), ("你好\uff0c世界", 5), ("Grüße", 3), ("see 東京 at 9", 5)],
 )
 def test_estimate_tokens(text: str, tokens: int) -> None:
     assert estimate_tokens(text) == tokens
