@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Annotated, Any
 
 from pydantic import (
@@ -32,10 +34,27 @@ def storable_text(value: str) -> str:
     return value
 
 
+# jsonb keeps a number exactly and writes it back without an exponent: 1e308 came back
+# as 309 digits (a 16 KB object of them read back as 620 KB, and could not be PATCHed
+# back as read), as an integer to a client's JSON parser.
+METADATA_NUMBER_MAX_CHARS = 40
+
+
+def _check_number(value: float) -> None:
+    if not math.isfinite(value):
+        return  # refused with the size check's clearer words
+    if len(format(Decimal(repr(value)), "f")) > METADATA_NUMBER_MAX_CHARS:
+        raise ValueError(f"numbers must take at most {METADATA_NUMBER_MAX_CHARS} characters "
+                         f"written out without an exponent (PostgreSQL keeps {value!r} as "
+                         "every one of its digits)")
+
+
 def _check_json_values(value: Any, depth: int = 0) -> None:
     if depth > METADATA_MAX_DEPTH:
         raise ValueError(f"must nest at most {METADATA_MAX_DEPTH} levels deep")
-    if isinstance(value, str):
+    if isinstance(value, float):
+        _check_number(value)
+    elif isinstance(value, str):
         storable_text(value)
     elif isinstance(value, dict):
         for key, item in value.items():
@@ -169,7 +188,8 @@ Metadata = Annotated[
     dict[str, Any],
     Field(description=(
         f"Free-form JSON object: at most {METADATA_MAX_BYTES} bytes serialised as UTF-8 "
-        f"JSON, nested at most {METADATA_MAX_DEPTH} levels, finite numbers only, no NUL "
+        f"JSON, nested at most {METADATA_MAX_DEPTH} levels, finite numbers of at most "
+        f"{METADATA_NUMBER_MAX_CHARS} characters written without an exponent, no NUL "
         "characters or unpaired surrogates in keys or strings; the keys "
         + " and ".join(sorted(RESERVED_METADATA_KEYS)) + " are reserved for consolidation "
         "output.")),

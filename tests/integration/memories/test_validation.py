@@ -116,6 +116,11 @@ BAD_CREATE_BODIES = [
     pytest.param({"content": "x", "category": "c" * 101}, "category", id="category-too-long"),
     pytest.param({"content": "x", "user_id": "u" * 256}, "user_id", id="user_id-too-long"),
     pytest.param({"content": "x", "user_id": "  "}, "user_id", id="blank-user_id"),
+    # Kept exactly by jsonb and read back as 309 digits: a 16 KB object read as 620 KB.
+    pytest.param({"content": "x", "metadata": {"v": [1.0, 1e308]}}, "metadata",
+                 id="metadata-number-of-309-digits"),
+    pytest.param({"content": "x", "metadata": {"v": 5e-324}}, "metadata",
+                 id="metadata-number-of-324-decimals"),
     pytest.param({"content": "x", "namespace": "\t\n"}, "namespace", id="blank-namespace"),
     pytest.param({"content": "x", "source": "summary"}, "source", id="source-summary-reserved"),
     pytest.param({"content": "x", "source": " summary "}, "source",
@@ -712,3 +717,22 @@ async def test_percent_escaped_utf8_is_read_as_the_text_it_encodes(
     resp = await client.get("/v1/memories?user_id=caf%C3%A9&tags=a+b")
     assert resp.status_code == 200, resp.text
     assert [m["id"] for m in resp.json()["items"]] == [memory["id"]]
+
+
+async def test_metadata_numbers_within_the_bound_read_back_equal(
+    client: httpx.AsyncClient,
+) -> None:
+    numbers = {"big": 1e39, "small": 1e-7, "inexact": 0.30000000000000004, "int": 2**62}
+    created = await client.post("/v1/memories", json={"content": "x", "metadata": numbers})
+    assert created.status_code == 201, created.text
+
+    read = (await client.get(f"/v1/memories/{created.json()['id']}")).json()
+
+    # The same numbers; jsonb writes an integral one without a fraction, so 1e39 reads
+    # back as the integer 10**39, the same double.
+    assert {k: float(v) for k, v in read["metadata"].items()} == {
+        k: float(v) for k, v in numbers.items()}
+    assert read["metadata"]["int"] == 2**62
+    # And it goes back as read: a PATCH of what a GET gave is within the bounds.
+    again = await client.patch(f"/v1/memories/{read['id']}", json={"metadata": read["metadata"]})
+    assert again.status_code == 200, again.text
