@@ -111,6 +111,7 @@ class TextMatches:
     small: bool
     ids: tuple[uuid.UUID, ...] = ()
     scores: tuple[float, ...] = ()
+    day_only: tuple[bool, ...] = ()  # matched by the row's day words alone
     scope_rows: float = 0.0
     index_rows: float = 0.0
 
@@ -133,6 +134,7 @@ class RetrievedRow(NamedTuple):
     text_score: float | None
     covered_days: tuple[date, ...] = ()
     covers: tuple[uuid.UUID, ...] = ()
+    text_day_only: bool = False
 
     def memory(self) -> Memory:
         return Memory.model_validate(answer_record(self.columns))
@@ -152,7 +154,10 @@ terms AS MATERIALIZED (
 ),
 query AS MATERIALIZED (
     SELECT coalesce(array_agg(lexeme), '{{}}') AS lexemes,
-           coalesce(string_agg(quote_literal(lexeme), ' | '), '')::tsquery AS any_term
+           coalesce(string_agg(quote_literal(lexeme), ' | '), '')::tsquery AS any_term,
+           -- The same terms in a row's content only (weight A; its day words are D).
+           coalesce(string_agg(quote_literal(lexeme) || ':A', ' | '), '')::tsquery
+               AS content_term
     FROM terms
 ),
 -- The tenant's document frequencies and its corpus row (''): a few index entries.
@@ -258,6 +263,12 @@ txt AS MATERIALIZED (
 SELECT (SELECT yes FROM small) AS small,
        coalesce((SELECT array_agg(id ORDER BY score DESC, id) FROM txt), '{{}}') AS ids,
        coalesce((SELECT array_agg(score ORDER BY score DESC, id) FROM txt), '{{}}') AS scores,
+       -- Which of them matched by their day words alone: the relevance floor does not
+       -- count those as tied to the query (a year or "may" in it is no day it names).
+       -- (`matched` holds each row once: its branches' rows are disjoint.)
+       coalesce((SELECT array_agg(NOT ts_match_vq(mt.tsv, (SELECT content_term FROM query))
+                                  ORDER BY t.score DESC, t.id)
+                 FROM txt t JOIN matched mt ON mt.id = t.id), '{{}}') AS day_only,
        -- An upper bound of the scope's active rows: its counted rows when fewer than the
        -- cap, else the tenant's rows; and no more than its tags' or categories' rows in
        -- the tenant (see `_filter_rows`).
@@ -273,9 +284,10 @@ SELECT (SELECT yes FROM small) AS small,
 _VECTOR_SQL = """
 WITH
 txt AS MATERIALIZED (
-    SELECT t.id, t.score, t.rank
-    FROM unnest(CAST(:text_ids AS uuid[]), CAST(:text_scores AS float8[]))
-         WITH ORDINALITY AS t(id, score, rank)
+    SELECT t.id, t.score, t.day_only, t.rank
+    FROM unnest(CAST(:text_ids AS uuid[]), CAST(:text_scores AS float8[]),
+                CAST(:text_day_only AS boolean[]))
+         WITH ORDINALITY AS t(id, score, day_only, rank)
 ),
 -- The vector half. In a large scope every filter is unindexed (see `_where`), so the only
 -- plan is the HNSW scan, in a generic plan too.
@@ -300,7 +312,7 @@ vec AS MATERIALIZED (
 -- A FULL JOIN can only be hashed or merged: the planner, which guesses 10 rows for the
 -- unnested text list, otherwise joined it in a nested loop (12,000 comparisons, ~2 ms).
 SELECT {columns}, vec.rank AS vector_rank, 1 - vec.dist AS vector_similarity,
-       txt.rank AS text_rank, txt.score AS text_score
+       txt.rank AS text_rank, txt.score AS text_score, txt.day_only AS text_day_only
 FROM vec FULL JOIN txt ON txt.id = vec.id
 -- Each listed row by its id, and the filter again for the text list's rows (the text
 -- statement ran in an earlier snapshot: a row may have been archived, expired or moved
@@ -628,10 +640,11 @@ class SearchRepository:
             "b": limits.bm25_b,
             "exact_cost_ratio": limits.exact_cost_ratio,
         }
-        ((small, ids, scores, scope_rows, index_rows),) = await self._fetch(
+        ((small, ids, scores, day_only, scope_rows, index_rows),) = await self._fetch(
             _TEXT_SQL, filters, params, self._sizes(limits, 0), probe=True)
         return TextMatches(small=small, ids=tuple(ids), scores=tuple(scores),
-                           scope_rows=scope_rows, index_rows=index_rows or 0.0)
+                           day_only=tuple(day_only), scope_rows=scope_rows,
+                           index_rows=index_rows or 0.0)
 
     async def candidates(
         self,
@@ -651,6 +664,7 @@ class SearchRepository:
             "small": exact,
             "text_ids": list(text.ids),
             "text_scores": list(text.scores),
+            "text_day_only": list(text.day_only) or [False] * len(text.ids),
         }
         result = await self._fetch(_VECTOR_SQL, filters, params, sizes)
         # By position, as in _VECTOR_SQL: the memory's columns, its covered days, the ranks.
@@ -665,6 +679,7 @@ class SearchRepository:
             RetrievedRow(row[_ID], row[_IMPORTANCE], row[_CREATED_AT], row[_FACT_ROLE],
                          row[:n], row[n + 1], row[n + 2], row[n + 3], row[n + 4],
                          tuple(row[n]) if row[n] else (),
-                         tuple(row[_SUMMARY_OF]) if row[_SUMMARY_OF] else ())
+                         tuple(row[_SUMMARY_OF]) if row[_SUMMARY_OF] else (),
+                         bool(row[n + 5]))
             for row in result
         ]

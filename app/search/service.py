@@ -64,7 +64,8 @@ class SearchService:
         candidates = tuple(
             Candidate.retrieved(row.memory_id, row, row.importance, row.created_at,
                                 row.fact_role, row.vector_rank, row.vector_similarity,
-                                row.text_rank, row.text_score, row.covered_days, row.covers)
+                                row.text_rank, row.text_score, row.covered_days, row.covers,
+                                row.text_day_only)
             for row in rows
         )
         ctx = SearchContext(

@@ -45,6 +45,9 @@ class Candidate:
     covered_days: tuple[date, ...] = ()
     # A summary's: the ids of the memories it was built from (`summary_of`).
     covers: tuple[uuid.UUID, ...] = ()
+    # It is in the full-text list only through the day words indexed with it (its day
+    # number, month, year): no word of its content matched the query.
+    text_day_only: bool = False
     score: float = 0.0
     explanation: Explanation = field(default_factory=dict, hash=False)
 
@@ -65,8 +68,8 @@ class Candidate:
             explanation = {**explanation, stage: details}
         return _built(self.memory_id, self.payload, self.importance, self.created_at,
                       self.fact_role, self.vector_rank, self.vector_similarity,
-                      self.text_rank, self.text_score, self.covered_days, self.covers, score,
-                      explanation)
+                      self.text_rank, self.text_score, self.covered_days, self.covers,
+                      self.text_day_only, score, explanation)
 
     @classmethod
     def retrieved(
@@ -74,11 +77,13 @@ class Candidate:
         fact_role: str, vector_rank: int | None, vector_similarity: float | None,
         text_rank: int | None, text_score: float | None,
         covered_days: tuple[date, ...] = (), covers: tuple[uuid.UUID, ...] = (),
+        text_day_only: bool = False,
     ) -> Candidate:
         """A candidate as retrieval found it (score 0, no explanation); the same as the
         constructor, for the ~120 candidates of every search."""
         return _built(memory_id, payload, importance, created_at, fact_role, vector_rank,
-                      vector_similarity, text_rank, text_score, covered_days, covers, 0.0, {})
+                      vector_similarity, text_rank, text_score, covered_days, covers,
+                      text_day_only, 0.0, {})
 
 
 def _slot_setter(name: str) -> Callable[[Candidate, object], None]:
@@ -91,18 +96,19 @@ def _slot_setter(name: str) -> Callable[[Candidate, object], None]:
 _new = object.__new__
 (_set_memory_id, _set_payload, _set_importance, _set_created_at, _set_fact_role,
  _set_vector_rank, _set_vector_similarity, _set_text_rank, _set_text_score,
- _set_covered_days, _set_covers, _set_score, _set_explanation) = (
+ _set_covered_days, _set_covers, _set_text_day_only, _set_score, _set_explanation) = (
     _slot_setter(name) for name in (
         "memory_id", "payload", "importance", "created_at", "fact_role", "vector_rank",
-        "vector_similarity", "text_rank", "text_score", "covered_days", "covers", "score",
-        "explanation"))
+        "vector_similarity", "text_rank", "text_score", "covered_days", "covers",
+        "text_day_only", "score", "explanation"))
 
 
 def _built(
     memory_id: uuid.UUID, payload: object, importance: float, created_at: datetime,
     fact_role: str, vector_rank: int | None, vector_similarity: float | None,
     text_rank: int | None, text_score: float | None, covered_days: tuple[date, ...],
-    covers: tuple[uuid.UUID, ...], score: float, explanation: Explanation,
+    covers: tuple[uuid.UUID, ...], text_day_only: bool, score: float,
+    explanation: Explanation,
 ) -> Candidate:
     # Slot by slot, past the frozen __init__ (which binds keywords, then sets each field
     # through object.__setattr__): every stage rescores every candidate (~120 a search),
@@ -121,6 +127,7 @@ def _built(
     _set_text_score(c, text_score)
     _set_covered_days(c, covered_days)
     _set_covers(c, covers)
+    _set_text_day_only(c, text_day_only)
     _set_score(c, score)
     _set_explanation(c, explanation)
     return c

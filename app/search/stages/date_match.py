@@ -43,11 +43,16 @@ class DateMatch:
                                          for c in ctx.candidates))
 
     def _apply(self, c: Candidate, days: Collection[date], explain: bool) -> Candidate:
-        if c.covered_days:
-            matched = any(day in days for day in c.covered_days)
-        else:
-            matched = c.created_at.astimezone(UTC).date() in days
+        matched = on_named_day(c, days)
         score = c.score + self.weight if matched else c.score
         if not explain:
             return c.rescored(score) if matched else c
         return c.rescored(score, self.name, {"matched": matched, "score": score})
+
+
+def on_named_day(c: Candidate, days: Collection[date]) -> bool:
+    """Whether the memory is of one of `days`: a summary by the days it covers, a fact by
+    its creation day (UTC)."""
+    if c.covered_days:
+        return any(day in days for day in c.covered_days)
+    return c.created_at.astimezone(UTC).date() in days

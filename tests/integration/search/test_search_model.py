@@ -244,6 +244,37 @@ async def test_a_question_about_nothing_stored_gets_an_empty_list(
     assert max(r["explanation"]["fusion"]["vector_similarity"] for r in nearest) < 0.25
 
 
+@pytest.mark.parametrize("question", [
+    "What is the boiling point of tungsten in 2026?",
+    "What is 5 times 7?",
+    "Can you tell me what January usually brings?",
+])
+async def test_a_year_day_or_month_word_ties_a_question_to_no_row(
+    model_client: httpx.AsyncClient, unfloored_client: httpx.AsyncClient, question: str,
+) -> None:
+    """Each row's day (5 January 2026) is indexed as words, so these matched every row of
+    the day and passed the floor as text matches, sharing no word of content with them."""
+    nearest = (await search(unfloored_client, question))["results"]
+    assert any(r["explanation"]["fusion"]["text_rank"] is not None for r in nearest)
+
+    assert (await search(model_client, question))["results"] == []
+
+
+async def test_a_bare_summary_request_gets_the_scope_s_summaries(
+    model_client: httpx.AsyncClient, corpus: Corpus,
+) -> None:
+    """"recap" ties to no row by its words or its vector: the floor dropped every row,
+    the summary with them, and a recap answered nothing."""
+    for request in ("recap", "tl;dr", "summarize"):
+        answer = await search(model_client, request, user_id="alice")
+        assert answer["query_style"] == "summary"
+        assert ranking(corpus, answer) == ["summary"], request
+        floor = answer["results"][0]["explanation"]["relevance_floor"]
+        assert floor["kept_by"] == "summary_request"
+        # A scope without a summary still answers nothing.
+        assert (await search(model_client, request, user_id="bob"))["results"] == []
+
+
 async def test_the_floor_keeps_related_rows_and_says_why(
     model_client: httpx.AsyncClient, corpus: Corpus,
 ) -> None:

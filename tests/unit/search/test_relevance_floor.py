@@ -1,21 +1,25 @@
 """The relevance floor alone: vector-only candidates under the floor go, full-text matches
-stay whatever their similarity, and -1 keeps everything."""
+of their content stay whatever their similarity (a match of their day words alone does
+not, unless the query names that day), a bare summary request keeps the summaries when
+nothing else stays, and -1 keeps everything."""
 
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import date
 
 import pytest
 
 from app.search.stages.relevance_floor import RelevanceFloor
 from app.search.types import Candidate
 
-from .builders import make_candidate, make_context, order
+from .builders import NOW, make_candidate, make_context, order
 
 
-def similar(n: int, similarity: float, *, text_rank: int | None = None) -> Candidate:
-    return replace(make_candidate(n, vector_rank=n, text_rank=text_rank),
-                   vector_similarity=similarity)
+def similar(n: int, similarity: float, *, text_rank: int | None = None,
+            day_only: bool = False, fact_role: str = "fact") -> Candidate:
+    return replace(make_candidate(n, vector_rank=n, text_rank=text_rank, fact_role=fact_role),
+                   vector_similarity=similarity, text_day_only=day_only)
 
 
 def test_drops_vector_only_candidates_under_the_floor() -> None:
@@ -60,3 +64,48 @@ def test_explain_says_why_each_candidate_stayed() -> None:
 def test_a_floor_outside_the_cosine_range_is_refused(floor: float) -> None:
     with pytest.raises(ValueError, match="cosine"):
         RelevanceFloor(min_similarity=floor)
+
+
+def test_a_match_of_the_day_words_alone_is_no_tie_to_the_query() -> None:
+    """"tungsten in 2026": every row of a 2026 day matched its year."""
+    ctx = make_context(similar(1, 0.05, text_rank=1, day_only=True),
+                       similar(2, 0.05, text_rank=2), similar(3, 0.40, text_rank=3,
+                                                             day_only=True))
+
+    out = RelevanceFloor(min_similarity=0.3)(ctx)
+
+    assert order(out) == [2, 3]
+    assert [c.explanation["relevance_floor"]["kept_by"] for c in out.candidates] == [
+        "text_match", "similarity"]
+
+
+def test_a_row_of_a_day_the_query_names_is_kept() -> None:
+    day = NOW.date()  # make_candidate's rows are written at NOW
+    ctx = make_context(similar(1, 0.05, text_rank=1, day_only=True), dates=(day,))
+    other = make_context(similar(1, 0.05, text_rank=1, day_only=True),
+                         dates=(date(1999, 1, 1),))
+
+    out = RelevanceFloor(min_similarity=0.3)(ctx)
+
+    assert order(out) == [1]
+    assert out.candidates[0].explanation["relevance_floor"]["kept_by"] == "named_day"
+    assert RelevanceFloor(min_similarity=0.3)(other).candidates == ()
+
+
+def test_a_bare_summary_request_keeps_the_summaries_when_nothing_else_stays() -> None:
+    rows = (similar(1, 0.1), similar(2, 0.1, fact_role="summary"),
+            similar(3, 0.05, fact_role="summary"))
+
+    summary = RelevanceFloor(min_similarity=0.3)(make_context(*rows, style="summary"))
+    regular = RelevanceFloor(min_similarity=0.3)(make_context(*rows))
+
+    assert order(summary) == [2, 3]
+    assert {c.explanation["relevance_floor"]["kept_by"] for c in summary.candidates} == {
+        "summary_request"}
+    assert regular.candidates == ()
+
+
+def test_a_summary_request_with_a_related_row_keeps_the_floor() -> None:
+    ctx = make_context(similar(1, 0.5), similar(2, 0.1, fact_role="summary"), style="summary")
+
+    assert order(RelevanceFloor(min_similarity=0.3)(ctx)) == [1]
