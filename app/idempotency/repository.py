@@ -5,10 +5,11 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
+from app.db import delete_in_batches
 from app.models import IdempotencyRecord
 
 
@@ -52,10 +53,18 @@ class IdempotencyRepository:
         )
 
 
-async def purge_older_than(engine: AsyncEngine, cutoff: datetime) -> int:
-    """Forget keys past their retention, across tenants (a maintenance job, not a request)."""
-    async with engine.begin() as conn:
-        result = await conn.execute(
-            delete(IdempotencyRecord).where(IdempotencyRecord.created_at < cutoff)
-        )
-        return int(result.rowcount or 0)
+async def purge_older_than(engine: AsyncEngine, cutoff: datetime, batch: int = 1000) -> int:
+    """Forget keys past their retention, across tenants (a maintenance job, not a request);
+    how many. `batch` keys a transaction, oldest first, through ix_idempotency_keys_created_at,
+    as the other purges: one DELETE of them all ran past the statement timeout once a
+    backlog had grown (millions of keys, or large stored answers), failed every round
+    after, and the table grew for ever. Keys a request holds are left for the next round."""
+    key = tuple_(IdempotencyRecord.tenant_id, IdempotencyRecord.key)
+    old = (
+        select(IdempotencyRecord.tenant_id, IdempotencyRecord.key)
+        .where(IdempotencyRecord.created_at < cutoff)
+        .order_by(IdempotencyRecord.created_at)
+        .limit(batch)
+        .with_for_update(skip_locked=True)
+    )
+    return await delete_in_batches(engine, delete(IdempotencyRecord).where(key.in_(old)), batch)

@@ -153,6 +153,35 @@ async def test_forgotten_idempotency_keys_no_longer_replay(
     assert fresh.json()["id"] != first.json()["id"]
 
 
+async def test_the_key_purge_goes_in_batches_under_a_short_statement_timeout(
+    resources: Resources, tenant: TenantKey,
+) -> None:
+    """One DELETE of a whole backlog ran past the statement timeout, failed every round,
+    and the table only grew."""
+    async with resources.engine.begin() as conn:
+        await conn.execute(text(
+            "INSERT INTO idempotency_keys (tenant_id, key, operation, request_hash, created_at)"
+            " SELECT :t, 'backlog-' || g, 'createMemory', '\\x00', now() - interval '3 days'"
+            " FROM generate_series(1, 5000) g"), {"t": tenant.tenant_id})
+        await conn.execute(text(
+            "INSERT INTO idempotency_keys (tenant_id, key, operation, request_hash, created_at)"
+            " VALUES (:t, 'held', 'createMemory', '\\x00', now() - interval '3 days')"),
+            {"t": tenant.tenant_id})
+    async with resources.sessionmaker() as session, session.begin():
+        await session.execute(text("SELECT 1 FROM idempotency_keys WHERE key = 'held' "
+                                   "FOR UPDATE"))
+        forgotten = await asyncio.wait_for(
+            purge_older_than(resources.engine, datetime.now(UTC) - timedelta(days=1),
+                             batch=700), timeout=30)
+    async with resources.engine.connect() as conn:
+        left = await conn.scalar(text(
+            "SELECT count(*) FROM idempotency_keys WHERE tenant_id = :t"),
+            {"t": tenant.tenant_id})
+
+    assert forgotten >= 5000
+    assert left == 1  # the key a request held, for the next round
+
+
 async def test_a_failed_round_is_logged_and_the_next_one_runs(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
