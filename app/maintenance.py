@@ -1,6 +1,6 @@
 """Periodic housekeeping inside the service process: forgetting old idempotency keys,
-deleting expired memories, and deleting sessions idle past their retention and memories'
-earlier states past theirs."""
+deleting expired memories, and deleting sessions idle past their retention, memories'
+earlier states past theirs and the job queue's log past its."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from app.resources import Resources
 from app.service.metrics import MAINTENANCE_DELETED, MAINTENANCE_FAILURES
 from app.sessions.config import retention
 from app.sessions.repository import purge_idle
+from app.worker.queue import purge_queue_log
 
 log = logging.getLogger("engram.maintenance")
 
@@ -67,6 +68,16 @@ def start_maintenance(resources: Resources) -> None:
             INTERVAL_SECONDS, delete_old_versions, what="memory_versions",
             name="memory history purge",
             done=f"deleted %d earlier states of memories replaced more than {kept} ago")))
+    if settings.queue_log_retention_days > 0:
+        logged = timedelta(days=settings.queue_log_retention_days)
+
+        async def delete_old_queue_log() -> int:
+            return await purge_queue_log(resources.engine, datetime.now(UTC) - logged)
+
+        resources.background.append(asyncio.create_task(every(
+            INTERVAL_SECONDS, delete_old_queue_log, what="queue_log",
+            name="job queue log purge",
+            done=f"deleted %d job queue log rows older than {logged}")))
     idle = retention(settings)
     if idle is not None:
         async def delete_idle_sessions() -> int:

@@ -131,6 +131,10 @@ class Settings(BaseSettings):
     # must go. Applied by the service's connections and its maintenance round.
     history_max_versions: int = Field(default=100, ge=0, le=1_000_000)
     history_retention_days: float = Field(default=0, ge=0, le=36500)
+    # The job queue's own log (a row per job's queued / picked / done, with a failure's
+    # traceback) and its per-second statistics, which pgqueuer never deletes: days kept,
+    # 0 for ever. A busy service's folds and automatic runs write ~1.7 KB a job.
+    queue_log_retention_days: float = Field(default=7, ge=0, le=36500)
 
     # Search: candidate depth of each list, the fusion and scoring weights, the summary
     # down-weight. Chosen from the sweep in bench/retrieval_eval.py (see the README).

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from pgqueuer.adapters.drivers.asyncpg import AsyncpgDriver
@@ -23,9 +23,10 @@ from pgqueuer.adapters.persistence.qb import (
 from pgqueuer.domain.settings import DBSettings, Durability
 from pgqueuer.ports.driver import Driver
 from pgqueuer.queries import Queries
-from sqlalchemy import text
+from sqlalchemy import column, delete, select, table, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
+from app.db import delete_in_batches
 from app.service import request_id
 
 QUEUE_SCHEMA = "pgqueuer"
@@ -132,3 +133,21 @@ async def drop_tenant_jobs_on(conn: AsyncConnection, tenant_id: uuid.UUID) -> in
         "AND convert_from(payload, 'UTF8')::jsonb ->> 'tenant_id' = :t"),
         {"t": str(tenant_id)})
     return int(result.rowcount or 0)
+
+
+_QUEUE_LOG = table("pgqueuer_log", column("id"), column("created"), schema=QUEUE_SCHEMA)
+_QUEUE_STATISTICS = table("pgqueuer_statistics", column("id"), column("created"),
+                          schema=QUEUE_SCHEMA)
+
+
+async def purge_queue_log(engine: AsyncEngine, cutoff: datetime, batch: int = 1000) -> int:
+    """Delete the queue's log and statistics rows written before `cutoff` (a maintenance
+    job); how many. pgqueuer keeps them for ever. `batch` rows a transaction, oldest first
+    (both tables are indexed or ordered by their id with time)."""
+    removed = 0
+    for log_table in (_QUEUE_LOG, _QUEUE_STATISTICS):
+        old = (select(log_table.c.id).where(log_table.c.created < cutoff)
+               .order_by(log_table.c.id).limit(batch))
+        removed += await delete_in_batches(
+            engine, delete(log_table).where(log_table.c.id.in_(old.scalar_subquery())), batch)
+    return removed

@@ -22,6 +22,7 @@ from app.maintenance import every, start_maintenance
 from app.memories.repository import purge_expired
 from app.resources import Resources
 from app.search.term_stats import fold_term_stats
+from app.worker.queue import purge_queue_log
 from tests.conftest import TenantKey, make_client, sample
 
 
@@ -239,3 +240,57 @@ async def test_the_service_deletes_expired_memories_in_the_background(
 
     assert (await client.get(f"/v1/memories/{expired}")).status_code == 404
     assert sample("engram_maintenance_deleted_total", what="expired_memories") >= counted + 1
+
+
+async def test_the_job_queue_log_is_purged_past_its_retention(resources: Resources) -> None:
+    """pgqueuer writes a log row per job's queued, picked and done (a traceback with a
+    failure) and a statistics row per second of work, and never deletes them."""
+    async with resources.engine.begin() as conn:
+        await conn.execute(text(
+            "INSERT INTO pgqueuer.pgqueuer_log (created, job_id, status, priority, entrypoint)"
+            " SELECT now() - interval '10 days', g, 'successful', 0, 'maintenance.test'"
+            " FROM generate_series(1, 2500) g"))
+        await conn.execute(text(
+            "INSERT INTO pgqueuer.pgqueuer_log (job_id, status, priority, entrypoint)"
+            " VALUES (0, 'queued', 0, 'maintenance.recent')"))
+        await conn.execute(text(
+            "INSERT INTO pgqueuer.pgqueuer_statistics (created, count, priority, status,"
+            " entrypoint) VALUES (now() - interval '10 days', 5, 0, 'successful',"
+            " 'maintenance.test')"))
+
+    removed = await purge_queue_log(resources.engine, datetime.now(UTC) - timedelta(days=7),
+                                    batch=1000)
+
+    async with resources.engine.connect() as conn:
+        left = {r.entrypoint for r in await conn.execute(text(
+            "SELECT entrypoint FROM pgqueuer.pgqueuer_log WHERE entrypoint LIKE 'maintenance.%'"
+            " UNION ALL SELECT entrypoint FROM pgqueuer.pgqueuer_statistics"
+            " WHERE entrypoint LIKE 'maintenance.%'"))}
+    assert removed >= 2501
+    assert left == {"maintenance.recent"}
+
+
+async def test_the_service_purges_the_queue_log_in_the_background(
+    resources: Resources,
+) -> None:
+    settings = resources.settings.model_copy(update={"queue_log_retention_days": 7})
+    async with resources.engine.begin() as conn:
+        await conn.execute(text(
+            "INSERT INTO pgqueuer.pgqueuer_log (created, job_id, status, priority, entrypoint)"
+            " VALUES (now() - interval '8 days', 1, 'successful', 0, 'maintenance.bg')"))
+    own = replace(resources, settings=settings, background=[])
+    start_maintenance(own)
+    try:
+        for _ in range(100):
+            async with resources.engine.connect() as conn:
+                if not await conn.scalar(text(
+                        "SELECT count(*) FROM pgqueuer.pgqueuer_log "
+                        "WHERE entrypoint = 'maintenance.bg'")):
+                    break
+            await asyncio.sleep(0.05)
+        else:
+            pytest.fail("the queue log was not purged")
+    finally:
+        for task in own.background:
+            task.cancel()
+        await asyncio.gather(*own.background, return_exceptions=True)
