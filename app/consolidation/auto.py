@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.consolidation.locks import scope_key
 from app.models import SCOPE_COLUMNS, ScopeWriteCounter
-from app.worker.queue import enqueue
+from app.worker.queue import enqueue, job_running
 
 log = logging.getLogger("engram.consolidation")
 
@@ -71,8 +71,19 @@ class AutoConsolidation:
         for key, total in (await self.session.execute(stmt)).all():
             before = total - written[keys[key]]
             if total // self.every > before // self.every:
-                await enqueue(self.session, AUTO_JOB, self._payload(keys[key]),
-                              dedupe_key=f"{AUTO_JOB}:{self.tenant_id}:{key}")
+                await self._enqueue(keys[key], f"{AUTO_JOB}:{self.tenant_id}:{key}")
+
+    async def _enqueue(self, scope: Scope, dedupe_key: str) -> None:
+        """Queue the scope's run, unless one is waiting: that one will read these rows too.
+        One already running has read its candidates, and skipping then lost the trigger
+        (the rows waited for N more writes, for ever in a scope gone quiet), so one more
+        run is queued behind it, under a key of its own: at most one waits."""
+        if await enqueue(self.session, AUTO_JOB, self._payload(scope),
+                         dedupe_key=dedupe_key) is not None:
+            return
+        if await job_running(self.session, dedupe_key):
+            await enqueue(self.session, AUTO_JOB, self._payload(scope),
+                          dedupe_key=f"{dedupe_key}:next")
 
     def _payload(self, scope: Scope) -> dict[str, Any]:
         return {"tenant_id": str(self.tenant_id), **dict(zip(SCOPE_COLUMNS, scope, strict=True))}

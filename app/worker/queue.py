@@ -96,6 +96,14 @@ async def enqueue(
     return int(ids[0]) if ids[0] is not None else None
 
 
+async def job_running(session: AsyncSession, dedupe_key: str) -> bool:
+    """Whether the job queued under `dedupe_key` has been picked (is running)."""
+    found = await session.execute(text(
+        f"SELECT 1 FROM {QUEUE_SCHEMA}.{QUEUE_SETTINGS.queue_table} "
+        "WHERE dedupe_key = :key AND status = 'picked'"), {"key": dedupe_key})
+    return found.first() is not None
+
+
 def job_pending(payload_value_sql: str) -> str:
     """A SQL predicate: a job of entry point `:job_entrypoint` whose payload holds
     `:job_payload_key` = `payload_value_sql` is still in the queue (waiting, running,

@@ -114,3 +114,36 @@ async def test_auto_consolidation_is_off_by_default(
     assert resources.settings.auto_consolidate_every == 0
     await seed(client, [memory(f"note {i}", i) for i in range(5)])
     assert await written(resources, tenant) == {}
+
+
+async def test_a_trigger_while_the_scope_s_run_is_running_queues_one_more(
+    auto_client: httpx.AsyncClient, auto_resources: Resources, tenant: TenantKey,
+) -> None:
+    """A running run has read its candidates: skipping the trigger (its key was held)
+    left the rows written meanwhile unsummarised until N more writes came, for ever in a
+    scope gone quiet. One more run waits behind it; never more than one."""
+    prefix = f"{auto.AUTO_JOB}:{tenant.tenant_id}:%"
+
+    async def jobs() -> list[tuple[str, str]]:
+        async with auto_resources.engine.connect() as conn:
+            rows = await conn.execute(text(
+                "SELECT dedupe_key, status::text FROM pgqueuer.pgqueuer "
+                "WHERE dedupe_key LIKE :p ORDER BY id"), {"p": prefix})
+            return [(r[0].rsplit(":", 1)[-1], r[1]) for r in rows]
+
+    try:
+        await seed(auto_client, [memory(f"note {i}", i) for i in range(3)])
+        ((scope, status),) = await jobs()
+        assert status == "queued"
+        async with auto_resources.engine.begin() as conn:  # a worker has picked it
+            await conn.execute(text("UPDATE pgqueuer.pgqueuer SET status = 'picked' "
+                                    "WHERE dedupe_key LIKE :p"), {"p": prefix})
+
+        await seed(auto_client, [memory(f"later {i}", 10 + i) for i in range(3)])
+        assert await jobs() == [(scope, "picked"), ("next", "queued")]
+        await seed(auto_client, [memory(f"latest {i}", 20 + i) for i in range(3)])
+        assert await jobs() == [(scope, "picked"), ("next", "queued")]
+    finally:
+        async with auto_resources.engine.begin() as conn:
+            await conn.execute(text("DELETE FROM pgqueuer.pgqueuer WHERE dedupe_key LIKE :p"),
+                               {"p": prefix})
