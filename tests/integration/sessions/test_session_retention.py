@@ -122,7 +122,8 @@ async def test_the_service_deletes_idle_sessions_in_the_background_only_with_ret
     for task in off.background:
         task.cancel()
     await asyncio.gather(*off.background, return_exceptions=True)
-    assert len(off.background) == 2  # keys and expired memories only
+    # Keys, expired memories and the job queue's log only.
+    assert len(off.background) == 3
     assert await rows(resources, tenant, sid) == (1, 2, 0)
 
     counted = sample("engram_maintenance_deleted_total", what="idle_sessions")
@@ -138,7 +139,7 @@ async def test_the_service_deletes_idle_sessions_in_the_background_only_with_ret
         for task in on.background:
             task.cancel()
         await asyncio.gather(*on.background, return_exceptions=True)
-    assert len(on.background) == 3
+    assert len(on.background) == 4
     assert sample("engram_maintenance_deleted_total", what="idle_sessions") >= counted + 1
 
 
