@@ -138,14 +138,6 @@ def dedupe(values: list[str]) -> list[str]:
     return list(dict.fromkeys(values))
 
 
-Text = Annotated[str, AfterValidator(storable_text)]
-Content = Annotated[
-    str,
-    StringConstraints(strip_whitespace=True, min_length=1, max_length=32768),
-    AfterValidator(storable_text),
-]
-
-
 # Blank by JSON Schema's `pattern` too: only ASCII white space, which every regex engine
 # (ECMA in a generated client, Python, Rust in pydantic-core) reads alike.
 _BLANK = re.compile(r"[ \t\n\r\f\v]*")
@@ -162,8 +154,9 @@ def not_blank(value: str) -> str:
 
 
 class _DeclaredNotBlank:
-    """States `not_blank` in the JSON Schema; the check itself stays `not_blank`'s, for
-    its plainer message than a pattern's."""
+    """States in the JSON Schema that a blank value is refused; the check itself stays
+    `not_blank`'s (scope ids) or stripping's and min_length's (content, tags, categories),
+    for plainer messages than a pattern's."""
 
     def __get_pydantic_json_schema__(
         self, schema: CoreSchema, handler: GetJsonSchemaHandler,
@@ -173,13 +166,22 @@ class _DeclaredNotBlank:
         return json_schema
 
 
+Text = Annotated[str, AfterValidator(storable_text)]
+Content = Annotated[
+    str,
+    StringConstraints(strip_whitespace=True, min_length=1, max_length=32768),
+    AfterValidator(storable_text), _DeclaredNotBlank(),
+]
+
+
 ScopeId = Annotated[str, StringConstraints(min_length=1, max_length=255),
                     AfterValidator(storable_text), AfterValidator(not_blank),
                     _DeclaredNotBlank()]
+# Blank once stripped is refused: declared, as for scope ids, so a client knows.
 Category = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100),
-                     AfterValidator(storable_text)]
+                     AfterValidator(storable_text), _DeclaredNotBlank()]
 Tag = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100),
-                AfterValidator(storable_text)]
+                AfterValidator(storable_text), _DeclaredNotBlank()]
 TagList = Annotated[list[Tag], Field(max_length=64), AfterValidator(dedupe)]
 CategoryList = Annotated[list[Category], Field(min_length=1, max_length=64)]
 # The limits are enforced by `client_metadata`; JSON Schema cannot state a byte size or a

@@ -16,6 +16,7 @@ from app.idempotency.http import IdempotencyKey, keyed_create
 from app.memories.capacity import CapacityBound
 from app.memories.repository import MemoryFilter, MemoryReader, MemoryRepository
 from app.memories.schemas import (
+    FactRole,
     Memory,
     MemoryBatch,
     MemoryBatchCreate,
@@ -53,7 +54,7 @@ async def memory_filter(
     tags: Annotated[list[Tag] | None, Query(max_length=64,
                                             description="All must match")] = None,
     categories: Annotated[list[Category] | None, Query(max_length=64)] = None,
-    fact_role: Annotated[str | None, Query(pattern="^(fact|summary)$")] = None,
+    fact_role: Annotated[FactRole | None, Query()] = None,
     created_after: Annotated[AwareDatetime | None, Query(
         description="Only memories created after this moment (RFC 3339 with a zone)")] = None,
     created_before: Annotated[AwareDatetime | None, Query(

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
+from typing_extensions import TypeAliasType
 
 from app.validation import (
     AwareDatetime,
@@ -18,6 +19,9 @@ from app.validation import (
     Source,
     TagList,
 )
+
+# One named enum in the document, for the answer's field and the listing's filter alike.
+FactRole = TypeAliasType("FactRole", Literal["fact", "summary"])
 
 BATCH_MAX = 1000
 
@@ -103,7 +107,7 @@ class Memory(BaseModel):
     importance: float
     metadata: dict[str, Any] = Field(validation_alias=AliasChoices("metadata_", "metadata"))
     source: str
-    fact_role: Literal["fact", "summary"]
+    fact_role: FactRole
     summary_of: list[uuid.UUID]
     created_at: datetime
     updated_at: datetime

@@ -54,7 +54,9 @@ class SearchRequest(BaseModel):
 class SearchResult(BaseModel):
     memory: Memory
     score: float
-    explanation: dict[str, dict[str, Any]] | None = None
+    # Required (always sent), so a generated client's field is not optional.
+    explanation: dict[str, dict[str, Any]] | None = Field(
+        description="Each stage's scores when the request asked to `explain`; null otherwise.")
 
 
 class SearchResponse(BaseModel):

@@ -236,6 +236,7 @@ SHARED_ENUMS = {
                            [("SessionHealth", "state")]),
     "TurnRole": ({"user", "assistant", "system", "tool"},
                  [("Turn", "role"), ("TurnCreate", "role"), ("AppendedTurn", "role")]),
+    "FactRole": ({"fact", "summary"}, [("Memory", "fact_role")]),
     "ConsolidationStrategy": ({"simple", "llm", "dual_mode"},
                               [("ConsolidationRequest", "strategy"),
                                ("ConsolidationComposition", "strategy")]),
@@ -255,6 +256,38 @@ async def test_a_value_set_used_in_several_places_is_one_named_enum(
     params = {p["name"]: p["schema"] for p in listing["parameters"]}
     assert enum_refs(params["strategy"]) == {"SessionStrategy"}
     assert enum_refs(params["health"]) == {"SessionHealthState"}
+    # The memories' filter was a pattern: a generated client typed it as any string.
+    for operation_id in ("listMemories", "deleteMemories"):
+        _, _, operation = operations(document)[operation_id]
+        params = {p["name"]: p["schema"] for p in operation["parameters"]}
+        assert enum_refs(params["fact_role"]) == {"FactRole"}, operation_id
+
+
+async def test_the_document_says_a_blank_text_value_is_refused(document: dict[str, Any]) -> None:
+    """Blank content, tags, categories and scope ids are 422s; the document said nothing
+    of it, so a generated client's validation let them through."""
+    schemas = document["components"]["schemas"]
+    create = schemas["MemoryCreate"]["properties"]
+
+    def strings(schema: dict[str, Any]) -> list[dict[str, Any]]:
+        found = [s for s in schema.get("anyOf", [schema]) if s.get("type") == "string"]
+        items = [s["items"] for s in schema.get("anyOf", [schema]) if "items" in s]
+        return found + [i for i in items if i.get("type") == "string"]
+
+    for name in ("content", "category", "tags", "user_id", "agent_id", "session_id",
+                 "namespace"):
+        declared = strings(create[name])
+        assert declared, name
+        assert all(s.get("pattern") == "[^ \\t\\n\\r\\f\\v]" for s in declared), name
+
+
+async def test_a_search_result_always_carries_its_explanation_field(
+    document: dict[str, Any],
+) -> None:
+    """Always sent (null without `explain`), so required: a generated client's field is
+    then not an optional that is never missing."""
+    result = document["components"]["schemas"]["SearchResult"]
+    assert "explanation" in result["required"]
 
 
 # Errors -----------------------------------------------------------------------------------
@@ -337,7 +370,7 @@ async def test_memory_has_every_field_of_the_contract(document: dict[str, Any]) 
         assert accepts_null(props[name]), name
     for name in CONTRACT_MEMORY_FIELDS - NULLABLE_MEMORY_FIELDS:
         assert not accepts_null(props[name]), name
-    assert set(props["fact_role"]["enum"]) == {"fact", "summary"}
+    assert set(schema_named(document, "FactRole")["enum"]) == {"fact", "summary"}
     assert props["id"]["format"] == "uuid"
     assert props["created_at"]["format"] == "date-time"
     assert props["summary_of"]["items"]["format"] == "uuid"
