@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import httpx
 
 from app.errors import ProviderError
+from app.providers.retry_after import retry_after_seconds
 from app.service.metrics import LLM_CALLS, LLM_SECONDS
 from app.service.request_id import outgoing
 from app.settings import Settings
@@ -188,7 +189,7 @@ class ChatCompletionsClient:
                 code="llm_http_error",
                 status=502,
                 http_status=response.status_code,
-            ), _retry_after(response)
+            ), retry_after_seconds(response)
         return _parse_completion(body), None
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
@@ -213,17 +214,6 @@ def _is_retryable(error: LLMError) -> bool:
     if error.code in ("llm_timeout", "llm_connection_error"):
         return True
     return error.code == "llm_http_error" and error.http_status in RETRYABLE_STATUS
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    value = response.headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        return None  # an HTTP date; the exponential backoff is good enough
-    return seconds if seconds >= 0 else None
 
 
 async def _read_bounded(response: httpx.Response) -> bytes:

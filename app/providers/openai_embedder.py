@@ -17,6 +17,7 @@ import httpx
 
 from app.errors import ProviderError
 from app.providers.embedder import Vector
+from app.providers.retry_after import retry_after_seconds
 from app.service.metrics import EMBEDDING_CALLS, EMBEDDING_SECONDS
 from app.service.request_id import outgoing
 
@@ -115,7 +116,7 @@ class OpenAIEmbedder:
                 # The body stays in the log: it can echo credentials back.
                 log.warning("embeddings API answered %d: %s", response.status_code,
                             response.text[:500])
-                retry_after = _retry_after(response)
+                retry_after = retry_after_seconds(response)
                 error = _answered(response.status_code, retry_after)
                 if response.status_code not in RETRYABLE_STATUS:
                     _count(started, error.code)
@@ -176,14 +177,6 @@ def _answered(status: int, retry_after: float | None) -> EmbeddingError:
                               retry_after=max(1, math.ceil(retry_after or 1)))
     return EmbeddingError(f"the embeddings API answered {status}",
                           code="embedding_upstream_error", status=502)
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    try:
-        seconds = float(response.headers.get("retry-after", ""))
-    except ValueError:
-        return None
-    return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
 def _number(value: Any) -> float:
