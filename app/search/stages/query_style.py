@@ -178,7 +178,8 @@ _RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = tuple(
             "summarise_verb",
             rf"{_LEAD}(?:summari[sz]e\b|(?:recap|recapitulate|tldr)\b"
             rf"(?:{_OBJECT_START}|{_SHORT_TOPIC})|"
-            rf"sum\s+(?:(?:it|this|that|things|everything|all\s+(?:this|that))\s+)?up\b"
+            rf"sum\s+(?:(?:(?:it|this|that|things|everything)(?:\s+all)?|"
+            rf"all\s+(?:of\s+)?(?:it|this|that))\s+)?up\b"
             rf"{_ARITHMETIC}(?:{_OBJECT_START}|{_SHORT_TOPIC})|"
             rf"(?:condense|boil\s+down)\s+{_CONVO_OBJECT})",
         ),
