@@ -64,6 +64,9 @@ async def _key_owner(request: Request,
                      credentials: HTTPAuthorizationCredentials | None) -> KeyOwner:
     if credentials is None or not credentials.credentials:
         raise Unauthorized("missing `Authorization: Bearer <api key>` header")
+    if len(request.headers.getlist("authorization")) > 1:
+        # A proxy in front may check one and the service act on another.
+        raise Unauthorized("more than one `Authorization` header; send exactly one")
     # One statement on the read pool, outside any transaction: through a session of its
     # own it cost ~2 ms more per request (bench/auth.py), and the request's session, if it
     # has one, must not hold a connection while the request embeds text.

@@ -138,6 +138,20 @@ async def test_valid_key_with_a_non_bearer_scheme_is_401(
     assert await count_rows(resources, tenant.tenant_id) == 0
 
 
+@pytest.mark.parametrize("second", ["valid", "wrong"])
+async def test_two_authorization_headers_are_401_whichever_is_valid(
+    resources: Resources, tenant: TenantKey, anon_client: httpx.AsyncClient, second: str
+) -> None:
+    # A proxy in front may have checked the other one; acting on either is a guess.
+    other = tenant.key if second == "valid" else "egm_not-a-key"
+    for pair in ([tenant.key, other], [other, tenant.key]):
+        headers = [("Authorization", f"Bearer {key}") for key in pair]
+        resp = await anon_client.post("/v1/memories", json={"content": "x"}, headers=headers)
+        assert_unauthorized(resp)
+        assert "more than one" in resp.json()["detail"]
+    assert await count_rows(resources, tenant.tenant_id) == 0
+
+
 async def test_valid_key_is_accepted_with_a_lowercase_bearer_scheme(
     resources: Resources, tenant: TenantKey
 ) -> None:
