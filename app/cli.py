@@ -121,6 +121,14 @@ async def _keys(settings: Settings, args: argparse.Namespace) -> int:
     async with _database(settings) as engine, create_sessionmaker(engine)() as session:
         repo = TenantRepository(session)
         if args.action == "create":
+            if await repo.get_tenant(args.tenant) is None and not args.new_tenant:
+                like = await repo.tenant_named_like(args.tenant)
+                if like is not None:
+                    # Names are exact: the key would go to a new, empty tenant.
+                    print(f"engram: no tenant named {args.tenant!r}, but there is {like!r}; "
+                          f"pass --tenant {like!r}, or --new-tenant to create "
+                          f"{args.tenant!r} beside it", file=sys.stderr)
+                    return 2
             tenant = await repo.ensure_tenant(args.tenant)
             key = new_key()
             record = await repo.add_key(tenant.id, args.name, display_prefix(key), hash_key(key))
@@ -470,6 +478,8 @@ def build_parser() -> argparse.ArgumentParser:
     create = keys_sub.add_parser("create", help="create a key; prints it once")
     create.add_argument("--tenant", required=True, type=_bounded_name)
     create.add_argument("--name", default=None, type=_bounded_name, help="a label for the key")
+    create.add_argument("--new-tenant", action="store_true",
+                        help="create the tenant even if one differs from it only in case")
     listing = keys_sub.add_parser("list", help="list keys (never the secrets)")
     listing.add_argument("--tenant", default=None)
     revoke = keys_sub.add_parser("revoke", help="revoke a key by id")

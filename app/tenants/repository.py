@@ -113,6 +113,14 @@ class TenantRepository:
         )
         return (await self.session.scalars(select(Tenant).where(Tenant.name == name))).one()
 
+    async def tenant_named_like(self, name: str) -> str | None:
+        """The name of a tenant whose name differs from `name` only in letter case, if
+        any, for a creation that more likely meant that tenant."""
+        return (await self.session.scalars(
+            select(Tenant.name).where(func.lower(Tenant.name) == name.lower(),
+                                      Tenant.name != name)
+            .order_by(Tenant.name).limit(1))).one_or_none()
+
     async def get_tenant(self, name: str) -> Tenant | None:
         return (
             await self.session.scalars(select(Tenant).where(Tenant.name == name))

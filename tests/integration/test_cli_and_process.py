@@ -310,6 +310,32 @@ async def test_an_overlong_tenant_name_is_a_one_line_error_not_a_traceback(
     assert "1 to 100 characters" in lines[1]
 
 
+async def test_a_key_for_a_tenant_named_like_another_but_for_case_is_refused(
+    database_url: str, resources: Resources
+) -> None:
+    # `--tenant Acme` beside `acme` made a second, empty tenant: the key saw nothing.
+    tenant = f"case-{uuid.uuid4().hex[:8]}"
+    assert (await cli(database_url, "keys", "create", "--tenant", tenant)).returncode == 0
+    upper = tenant.upper()
+
+    refused = await cli(database_url, "keys", "create", "--tenant", upper)
+
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stdout == ""
+    assert meaningful_lines(refused.stderr) == [
+        f"engram: no tenant named {upper!r}, but there is {tenant!r}; pass --tenant "
+        f"{tenant!r}, or --new-tenant to create {upper!r} beside it"]
+    listed = await cli(database_url, "tenants", "list")
+    assert f" {upper} " not in listed.stdout
+
+    made = await cli(database_url, "keys", "create", "--tenant", upper, "--new-tenant")
+    assert made.returncode == 0, made.stderr
+    again = await cli(database_url, "keys", "create", "--tenant", upper)
+    assert again.returncode == 0, again.stderr
+    listed = await cli(database_url, "keys", "list", "--tenant", upper)
+    assert len([line for line in listed.stdout.splitlines() if f" {upper} " in line]) == 2
+
+
 @pytest.mark.parametrize(("args", "says"), [
     pytest.param(("keys", "create", "--tenant", "two\nlines"), "control characters",
                  id="tenant-name-with-a-line-break"),
