@@ -22,7 +22,9 @@ no recall lost, two thirds of off-topic questions answered with an empty list.""
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="ENGRAM_", env_file=".env", extra="ignore", frozen=True
+        # NaN passed every bound's check and was then refused as "less than or equal".
+        env_prefix="ENGRAM_", env_file=".env", extra="ignore", frozen=True,
+        allow_inf_nan=False,
     )
 
     host: str = "127.0.0.1"
@@ -249,6 +251,20 @@ class Settings(BaseSettings):
     # on a worker of their own, the sessions' folds (app/worker/lifecycle.py).
     worker_concurrency: int = Field(default=4, ge=2, le=64)
     worker_session_concurrency: int = Field(default=2, ge=2, le=64)
+
+    @field_validator("data_dir", mode="before")
+    @classmethod
+    def _check_data_dir(cls, value: object) -> object:
+        # Path("") is the current directory: a PostgreSQL cluster spread into wherever the
+        # service happened to start.
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("must not be empty (unset, it is .engram)")
+        return value
+
+    @field_validator("model_cache_dir", mode="before")
+    @classmethod
+    def _check_model_cache_dir(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("llm_base_url")
     @classmethod

@@ -91,6 +91,34 @@ def test_a_bad_runtime_or_floor_is_named(monkeypatch: pytest.MonkeyPatch, name: 
     assert name in format_settings_error(caught.value)
 
 
+@pytest.mark.parametrize(("name", "value", "says"), [
+    # Path("") is the current directory: the cluster went wherever the service started.
+    ("ENGRAM_DATA_DIR", "", "must not be empty"),
+    ("ENGRAM_DATA_DIR", "  ", "must not be empty"),
+    # NaN passed the bounds and was then called "less than or equal to 1000000".
+    ("ENGRAM_TENANT_RATE_LIMIT", "nan", "finite number"),
+    ("ENGRAM_SEARCH_RECENCY_WEIGHT", "inf", "finite number"),
+    ("ENGRAM_OPENAI_TIMEOUT_SECONDS", "NaN", "finite number"),
+])
+def test_an_empty_data_dir_or_a_non_finite_number_is_named(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, says: str
+) -> None:
+    monkeypatch.setenv(name, value)
+
+    with pytest.raises(ValidationError) as caught:
+        load()
+
+    message = format_settings_error(caught.value)
+    assert message == f"invalid setting {name}: " + message.split(": ", 1)[1]
+    assert says in message
+
+
+def test_an_empty_model_cache_dir_means_the_data_dirs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENGRAM_MODEL_CACHE_DIR", "")
+
+    assert load().model_cache_dir is None
+
+
 @pytest.mark.parametrize(("embedder", "floor"), [("local", 0.25), ("openai", -1.0),
                                                   ("hash", -1.0)])
 def test_the_relevance_floor_is_the_embedders_unless_set(embedder: str, floor: float) -> None:
