@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from app.consolidation.auto import AUTO_JOB
-from app.consolidation.runs import RUN_JOB, ConsolidationRunner, ScopeBusy
+from app.consolidation.runs import RUN_JOB, ConsolidationRunner, RunGone, ScopeBusy
 from app.consolidation.schemas import ConsolidationRequest
 from app.consolidation.service import compose
 from app.consolidation.stored import NewerRun, request_to_run
@@ -40,6 +40,8 @@ async def run_queued(context: JobContext, payload: Mapping[str, Any]) -> None:
     run_id = uuid.UUID(payload["run_id"])
     try:
         await _run_queued(context, runner, run_id)
+    except RunGone:
+        log.info("queued consolidation run %s: its tenant was deleted", run_id)
     except RetryLater:
         raise  # not a failure: the job runs again
     except Exception as exc:
@@ -107,6 +109,9 @@ async def run_auto(context: JobContext, payload: Mapping[str, Any]) -> None:
     try:
         run = await runner.run_now(request, compose(request, context.resources),
                                    trigger="auto")
+    except RunGone as gone:
+        log.info("automatic consolidation: %s", gone.detail)
+        return
     except ScopeBusy as busy:
         if context.attempt >= BUSY_RETRIES:
             log.warning("automatic consolidation skipped: %s", busy.detail)

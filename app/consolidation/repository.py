@@ -284,13 +284,15 @@ class ConsolidationRepository:
         stmt = stmt.values(**values).execution_options(synchronize_session=False)
         return bool((await self.session.execute(stmt)).rowcount)  # type: ignore[attr-defined]
 
-    async def finish_run(self, run_id: uuid.UUID, values: dict[str, Any]) -> ConsolidationRun:
+    async def finish_run(self, run_id: uuid.UUID, values: dict[str, Any]
+                         ) -> ConsolidationRun | None:
+        """The run as finished; None if it is gone (its tenant was deleted meanwhile)."""
         stmt = (update(ConsolidationRun)
                 .where(ConsolidationRun.tenant_id == self.tenant_id,
                        ConsolidationRun.id == run_id)
                 .values(**values).returning(ConsolidationRun)
                 .execution_options(synchronize_session=False, populate_existing=True))
-        return (await self.session.scalars(stmt)).one()
+        return (await self.session.scalars(stmt)).one_or_none()
 
 
 _MEMORIES = cast(Table, Memory.__table__)

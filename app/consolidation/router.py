@@ -36,7 +36,7 @@ def _service(request: Request, session: SessionDep, caller: CallerDep) -> Consol
     response_model=ConsolidationResult, status_code=200, responses={
         202: {"model": ConsolidationResult,
               "description": "Accepted (`async`): the run proceeds in the background"},
-        **problems(409, 502),
+        **problems(404, 409, 502),
     },
     description="Runs the selector, then the op on each group, then writes each group in "
     "its own transaction (summary first, then the sources are archived). A second run on "

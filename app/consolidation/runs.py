@@ -30,7 +30,7 @@ from app.consolidation.schemas import ConsolidationGroup, ConsolidationRequest
 from app.consolidation.stored import request_to_run
 from app.consolidation.txn import RunTransactions
 from app.consolidation.types import OpContext
-from app.errors import Conflict
+from app.errors import Conflict, NotFound
 from app.ids import uuid7
 from app.models import ConsolidationRun
 from app.resources import Resources
@@ -50,6 +50,14 @@ NEVER_STARTED = ("the run never started: its queued job ended without running it
 
 class ScopeBusy(Conflict):
     """Another run holds the scope's lock."""
+
+
+class RunGone(NotFound):
+    """The run's record is gone: its tenant was deleted (the record with it) meanwhile."""
+
+    def __init__(self, run_id: uuid.UUID) -> None:
+        super().__init__(f"consolidation run {run_id} is gone: its tenant was deleted while "
+                         "it ran, and with it whatever the run wrote")
 
 
 def composition_record(composition: Composition) -> dict[str, Any]:
@@ -150,7 +158,7 @@ class ConsolidationRunner:
         async with self.resources.sessionmaker() as session:
             run = await ConsolidationRepository(session, self.tenant_id).get_run(run_id)
         if run is None:
-            raise LookupError(f"consolidation run {run_id} vanished")
+            raise RunGone(run_id)
         return run
 
     async def _execute(self, tx: RunTransactions, run_id: uuid.UUID,
@@ -162,6 +170,10 @@ class ConsolidationRunner:
         except asyncio.CancelledError:
             await asyncio.shield(self._fail(run_id, CUT_OFF))
             raise
+        except RunGone:
+            # Not a failure of the run's: there is nothing left to mark failed.
+            log.info("consolidation run %s: its tenant was deleted while it ran", run_id)
+            return None
         except Exception as exc:
             log.exception("consolidation run %s failed", run_id)
             await self._fail(run_id, _cause(exc)[:1000])
@@ -228,6 +240,8 @@ class ConsolidationRunner:
         async with tx.begin(durable=True) as session:
             run = await ConsolidationRepository(session, self.tenant_id).finish_run(
                 run_id, values)
+        if run is None:
+            raise RunGone(run_id)
         CONSOLIDATION_RUNS.labels(run.trigger, run.status).inc()
         return run
 
