@@ -1,6 +1,12 @@
 """Bearer API key -> tenant, and whether the tenant may make a request now (its rate, its
 share of the requests in flight). With auth disabled every call acts as the default
-tenant, under the service's default limits."""
+tenant, under the service's default limits.
+
+`settle_caller` runs before the request's body is read (app/service/caller_gate.py):
+FastAPI runs dependencies only once it has read the whole body, so a client with no key
+could hold a slot for as long as it kept a body coming, and a tenant's requests past its
+share each held one while their bodies arrived. `current_caller`, the routes' dependency,
+reads what it settled."""
 
 from __future__ import annotations
 
@@ -31,18 +37,33 @@ class Caller:
 
 
 _bearer = HTTPBearer(auto_error=False, description="An Engram API key: `Bearer egm_...`")
+_CALLER = "engram.caller"
 
 
 async def current_caller(
     request: Request,
+    # Declares the scheme in the OpenAPI document; the key was read before the body.
     credentials: HTTPAuthorizationCredentials | None = Depends(_bearer),
 ) -> Caller:
+    caller: Caller | None = request.scope.get("state", {}).get(_CALLER)
+    return caller if caller is not None else await settle_caller(request)
+
+
+async def settle_caller(request: Request) -> Caller:
+    """The request's caller, admitted (its tenant's rate and share taken), remembered for
+    `current_caller`; raises the AppError the request earns instead. Reads only headers."""
+    caller = await _admitted_caller(request)
+    request.scope.setdefault("state", {})[_CALLER] = caller
+    return caller
+
+
+async def _admitted_caller(request: Request) -> Caller:
     resources = request.app.state.resources
     limiter: TenantRateLimiter = resources.rate_limiter
     if not resources.settings.auth_enabled:
         _admit(request, DEFAULT_TENANT_ID, limiter.default, resources.tenant_slots.default)
         return Caller(DEFAULT_TENANT_ID, resources.settings.max_memories_per_user)
-    owner = await _key_owner(request, credentials)
+    owner = await _key_owner(request, await _bearer(request))
     _admit(request, owner.tenant_id, limiter.limit_for(owner.rate_limit),
            resources.tenant_slots.limit_for(owner.max_in_flight))
     per_user = owner.max_memories_per_user
@@ -50,19 +71,13 @@ async def current_caller(
                   if per_user is None else per_user)
 
 
-async def refuse_unknown_key(request: Request) -> None:
-    """Unauthorized (or TenantSuspended) for a request whose key `current_caller` would
-    refuse; nothing with auth off. For the errors found before the dependencies run
-    (FastAPI reads a JSON body first): a malformed body without a key was a 422, where a
-    missing or wrong key is a 401 whatever else is wrong. Takes nothing of the tenant's
-    rate or share."""
-    if request.app.state.resources.settings.auth_enabled:
-        await _key_owner(request, await _bearer(request))
-
-
 async def _key_owner(request: Request,
                      credentials: HTTPAuthorizationCredentials | None) -> KeyOwner:
     if credentials is None or not credentials.credentials:
+        given = request.headers.get("authorization", "").strip()
+        if given and given.partition(" ")[0].lower() != "bearer":
+            raise Unauthorized("the `Authorization` header's scheme is not Bearer; send "
+                               "`Authorization: Bearer <api key>`")
         raise Unauthorized("missing `Authorization: Bearer <api key>` header")
     if len(request.headers.getlist("authorization")) > 1:
         # A proxy in front may check one and the service act on another.

@@ -114,6 +114,8 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
         403: "An operator has suspended the caller's tenant (`tenant_suspended`; the "
              "detail gives the reason); nothing was read or changed",
         404: "Not found in the caller's tenant",
+        408: "The request body did not arrive in time (`request_timeout`; "
+             "ENGRAM_REQUEST_BODY_TIMEOUT_SECONDS, 60 s by default); nothing was changed",
         409: "Conflict",
         413: "The request body is larger than the service reads (`payload_too_large`; "
              "ENGRAM_MAX_BODY_MB, 64 MiB by default): split the batch",
@@ -133,7 +135,7 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
              "down, or (`overloaded`) too many requests were in flight (Retry-After)",
         504: "An upstream provider did not answer in time",
     }
-    wanted = {401, 403, 413, 422, 429, 500, 503, *statuses}
+    wanted = {401, 403, 408, 413, 422, 429, 500, 503, *statuses}
     if 502 in wanted:
         # A route that calls a provider can see it fail (502) or time out (504).
         wanted.add(504)

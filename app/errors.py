@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
@@ -209,6 +209,14 @@ def problem_response(
     )
 
 
+def app_error_response(exc: AppError) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
+    if exc.retry_after is not None:
+        headers["Retry-After"] = str(exc.retry_after)
+    return problem_response(exc.status, exc.code, exc.title, exc.detail, exc.errors,
+                            headers or None)
+
+
 def _field_path(loc: Sequence[int | str]) -> str:
     parts = [str(p) for p in loc]
     # The body is the common case; naming it in every path would be noise.
@@ -282,6 +290,7 @@ _STATUS_TITLES = {
     401: ("unauthorized", "Unauthorized"),
     404: ("not_found", "Not found"),
     405: ("method_not_allowed", "Method not allowed"),
+    408: ("request_timeout", "Request timeout"),
     413: ("payload_too_large", "Payload too large"),
     415: ("unsupported_media_type", "Unsupported media type"),
 }
@@ -314,35 +323,17 @@ def _is_connection_failure(exc: BaseException) -> bool:
     return isinstance(exc, OSError | ConnectionError)
 
 
-def install_error_handlers(
-    app: FastAPI, *, authenticate: Callable[[Request], Awaitable[None]] | None = None,
-) -> None:
-    """`authenticate` raises the AppError a request's key earns (app/auth.py), if any: it
-    is asked before answering that the body could not be read, which FastAPI finds
-    before any dependency runs, so that a missing or wrong key is a 401 first."""
-
-    async def refused(request: Request) -> JSONResponse | None:
-        if authenticate is None:
-            return None
-        try:
-            await authenticate(request)
-        except AppError as exc:
-            return await _app_error(request, exc)
-        return None
+def install_error_handlers(app: FastAPI) -> None:
+    """The problem+json answer of every error. A request's key is checked before its body
+    is read (app/service/caller_gate.py), so a body that cannot be read is a 422 only for
+    a caller whose key was accepted."""
 
     @app.exception_handler(AppError)
     async def _app_error(_: Request, exc: AppError) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
-        if exc.retry_after is not None:
-            headers["Retry-After"] = str(exc.retry_after)
-        return problem_response(exc.status, exc.code, exc.title, exc.detail, exc.errors,
-                                headers or None)
+        return app_error_response(exc)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        before_dependencies = any(e.get("type") == "json_invalid" for e in exc.errors())
-        if before_dependencies and (answer := await refused(request)) is not None:
-            return answer
         errors = validation_errors(exc.errors())
         if not _json_content_type(request.headers.get("content-type")):
             # FastAPI reads such a body as bytes, and the error said it "should be a
@@ -356,8 +347,6 @@ def install_error_handlers(
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         unreadable = _unreadable_body(exc)
         if unreadable is not None:
-            if (answer := await refused(request)) is not None:
-                return answer
             errors = [FieldError(field="body", message=unreadable)]
             return problem_response(422, "validation_error", "Validation error",
                                     f"body: {unreadable}", errors)

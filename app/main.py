@@ -10,7 +10,6 @@ from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
 
-from app.auth import refuse_unknown_key
 from app.consolidation.router import router as consolidation_router
 from app.deps import check_params
 from app.embedded_db import keep_running
@@ -22,6 +21,7 @@ from app.resources import Resources, build_resources
 from app.search.router import router as search_router
 from app.service.admission import AdmissionMiddleware
 from app.service.body_limit import BodyLimitMiddleware
+from app.service.caller_gate import CallerGateMiddleware
 from app.service.head import HeadAsGetMiddleware
 from app.service.metrics import MetricsMiddleware
 from app.service.request_id import RequestIdMiddleware
@@ -136,7 +136,7 @@ def create_app(settings: Settings | None = None, resources: Resources | None = N
     app.state.shutdown_signal = shutdown_signal
     if resources is not None:
         app.state.resources = resources
-    install_error_handlers(app, authenticate=refuse_unknown_key)
+    install_error_handlers(app)
     app.include_router(service_router)
     api_routers = (memories_router, search_router, consolidation_router, sessions_router)
     for router in api_routers:
@@ -146,10 +146,14 @@ def create_app(settings: Settings | None = None, resources: Resources | None = N
     # length before it takes a slot). The shutdown's layer is outside the admission's, so
     # a request still waiting for a slot when the shutdown cuts it is answered too (it
     # got uvicorn's bare 500 and a traceback).
+    # Inside the admission's layer: a request's key and its tenant's limits are settled
+    # in the slot it took, before its body is read.
+    app.add_middleware(CallerGateMiddleware)
     app.add_middleware(AdmissionMiddleware, limit=settings.max_concurrent_requests,
                        wait_seconds=settings.request_queue_seconds)
     app.add_middleware(ShutdownCutMiddleware, in_flight=in_flight)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_mb * 2**20)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_mb * 2**20,
+                       timeout_seconds=settings.request_body_timeout_seconds)
     app.add_middleware(MetricsMiddleware, routes=[
         route for router in (service_router, *api_routers) for route in router.routes])
     app.add_middleware(RequestIdMiddleware)

@@ -1,0 +1,146 @@
+"""A request's key and its tenant's limits are settled before its body is read, and a
+body that does not arrive in time is a 408: a slow body holds a slot only so long.
+
+Found by an exploratory probe: 64 connections without a key, each sending a body one
+byte short, held every slot of the process for as long as they stayed open (requests
+with a key got 503), and a tenant past its share held slots until its bodies arrived.
+These drive the ASGI app directly with a body that never comes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from app.main import create_app
+from app.resources import Resources
+from tests.conftest import TenantKey, count_memories, reconfigured
+
+PATH = "/v1/memories"
+
+
+class StalledBody:
+    """A request whose body never comes (or comes in part): whether it was read at all."""
+
+    def __init__(self, first: bytes | None = None) -> None:
+        self.first = first
+        self.reads = 0
+        self.read = asyncio.Event()
+        self.messages: list[dict[str, Any]] = []
+
+    async def receive(self) -> dict[str, Any]:
+        self.reads += 1
+        self.read.set()
+        if self.reads == 1 and self.first is not None:
+            return {"type": "http.request", "body": self.first, "more_body": True}
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async def send(self, message: dict[str, Any]) -> None:
+        self.messages.append(message)
+
+    @property
+    def status(self) -> int:
+        [start] = [m for m in self.messages if m["type"] == "http.response.start"]
+        return int(start["status"])
+
+    @property
+    def problem(self) -> dict[str, Any]:
+        body = b"".join(m.get("body", b"") for m in self.messages
+                        if m["type"] == "http.response.body")
+        parsed: dict[str, Any] = json.loads(body)
+        return parsed
+
+
+def scope(headers: dict[str, str]) -> dict[str, Any]:
+    raw = [(b"host", b"engram.test"), (b"content-type", b"application/json"),
+           (b"content-length", b"100")]
+    raw += [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+            "method": "POST", "scheme": "http", "path": PATH, "raw_path": PATH.encode(),
+            "query_string": b"", "root_path": "", "headers": raw,
+            "client": ("127.0.0.1", 50000), "server": ("engram.test", 80)}
+
+
+async def call(app: Any, headers: dict[str, str], body: StalledBody,
+               seconds: float = 5.0) -> StalledBody:
+    await asyncio.wait_for(app(scope(headers), body.receive, body.send), seconds)
+    return body
+
+
+@pytest.mark.parametrize("headers", [
+    pytest.param({}, id="no-key"),
+    pytest.param({"Authorization": "Bearer egm_not-a-key"}, id="wrong-key"),
+    pytest.param({"Authorization": "Basic dXNlcjpwYXNz"}, id="other-scheme"),
+])
+async def test_a_request_without_a_valid_key_is_401_before_its_body_is_read(
+    resources: Resources, headers: dict[str, str],
+) -> None:
+    app = create_app(resources.settings, resources)
+
+    answered = await call(app, headers, StalledBody())
+
+    assert answered.status == 401
+    assert answered.reads == 0
+    assert answered.problem["type"].endswith("/unauthorized")
+
+
+async def test_another_scheme_is_named_as_such(resources: Resources) -> None:
+    app = create_app(resources.settings, resources)
+
+    answered = await call(app, {"Authorization": "Basic dXNlcjpwYXNz"}, StalledBody())
+
+    assert "scheme is not Bearer" in answered.problem["detail"]
+
+
+@pytest.fixture
+async def one_in_flight(resources: Resources, database_url: str) -> AsyncIterator[Resources]:
+    async with reconfigured(resources, database_url, tenant_max_concurrent_requests=1,
+                            max_concurrent_requests=2, request_queue_seconds=0.2,
+                            request_body_timeout_seconds=0.5) as res:
+        yield res
+
+
+async def test_a_tenant_past_its_share_is_429_before_its_body_is_read(
+    one_in_flight: Resources, tenant: TenantKey, other_tenant: TenantKey,
+) -> None:
+    app = create_app(one_in_flight.settings, one_in_flight)
+    holding = StalledBody()
+    held = asyncio.create_task(call(app, tenant.headers, holding))
+    await asyncio.wait_for(holding.read.wait(), 5)
+
+    refused = await call(app, tenant.headers, StalledBody())
+
+    assert refused.status == 429
+    assert refused.reads == 0
+    assert refused.problem["type"].endswith("/concurrency_limited")
+    # The process's other slot is free for another tenant: the refusal gave it back.
+    other = await call(app, other_tenant.headers, StalledBody(first=b'{"content": '))
+    assert other.status == 408
+    answered = await held
+    assert answered.status == 408
+
+
+async def test_a_body_that_does_not_arrive_in_time_is_408_and_writes_nothing(
+    one_in_flight: Resources, tenant: TenantKey, other_tenant: TenantKey,
+) -> None:
+    app = create_app(one_in_flight.settings, one_in_flight)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+
+    answered = await call(app, tenant.headers, StalledBody(first=b'{"content": "x'))
+
+    assert 0.5 <= loop.time() - started < 3
+    assert answered.status == 408
+    assert answered.problem["type"].endswith("/request_timeout")
+    assert "ENGRAM_REQUEST_BODY_TIMEOUT_SECONDS" in answered.problem["detail"]
+    assert await count_memories(one_in_flight, tenant) == 0
+    # Both of the process's slots are free again: two tenants' requests are admitted at
+    # once (a slot still held would have made one wait 0.2 s, then answer 503).
+    admitted = [StalledBody(first=b"{") for _ in range(2)]
+    await asyncio.gather(*(call(app, t.headers, b)
+                           for t, b in zip((tenant, other_tenant), admitted, strict=True)))
+    assert [b.status for b in admitted] == [408, 408]
