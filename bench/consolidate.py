@@ -190,6 +190,23 @@ METER: CpuMeter | None = None
 NO_AUTOVACUUM = False
 
 
+async def tenant_wide_plans(resources: Resources, tenant: uuid.UUID,
+                            times: int = 5) -> str:
+    """A dry run over the whole tenant (`older_than_seconds: 1`), `times` times: what
+    reading a scan window of candidates costs where every match must be looked at."""
+    request = ConsolidationRequest.model_validate({"older_than_seconds": 1, "dry_run": True})
+    walls, reads = [], []
+    for _ in range(times):
+        started = time.perf_counter()
+        run = await ConsolidationRunner(resources, tenant).run_now(
+            request, compose(request, resources))
+        walls.append(1000 * (time.perf_counter() - started))
+        reads.append(float(run.timings.get("candidates_ms") or 0.0))
+    return (f"tenant-wide dry run: {run.candidates:,} candidates, remainder "
+            f"{run.remainder:,}; candidate query median {sorted(reads)[times // 2]:.0f} ms, "
+            f"whole dry run median {sorted(walls)[times // 2]:.0f} ms ({times} runs)")
+
+
 async def run_scopes(resources: Resources, tenant: uuid.UUID, scopes: list[str],
                      body: dict[str, Any], parallel: int) -> dict[str, Any]:
     gate = asyncio.Semaphore(parallel)
@@ -289,6 +306,8 @@ async def main(args: argparse.Namespace) -> None:
         seeded = await load(pg.url, batches)
 
         scopes = [f"user-{s:04d}" for s in range(args.scopes)]
+        plans = await tenant_wide_plans(resources, simple_t)
+        log(plans)
         results = {}
         phases = [("simple", simple_t, {"strategy": "simple"}),
                   ("extractive op", extr_t, {"op": {"name": "extractive"}})]
@@ -306,6 +325,7 @@ async def main(args: argparse.Namespace) -> None:
             log(f"{label}: {args.llm_groups} groups, fake LLM answering in {args.llm_delay} s")
             results[label] = await llm_phase(resources, llm_t, args.llm_delay, concurrency, user)
         report(args, seeded, results)
+        print(plans)
     finally:
         await engine.dispose()
         await asyncio.to_thread(pg.stop)

@@ -15,6 +15,7 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -58,6 +59,15 @@ def common_tags(entries: Sequence[Entry]) -> list[str]:
         return []
     shared = set(entries[0].tags).intersection(*(e.tags for e in entries[1:]))
     return [t for t in entries[0].tags if t in shared]
+
+
+def last_expiry(entries: Sequence[Entry]) -> datetime | None:
+    """When a summary of `entries` expires: with the last of them, if every one expires.
+    A summary that outlived its sources served what had expired in search."""
+    ends = [e.expires_at for e in entries]
+    if not ends or any(end is None for end in ends):
+        return None
+    return max(end for end in ends if end is not None)
 
 
 def common_metadata(entries: Sequence[Entry]) -> dict[str, Any]:
@@ -198,7 +208,8 @@ class GroupExecutor:
             "id": summary_id, "content": result.summary, **group.scope._asdict(),
             "category": group.category, "tags": common_tags(folded),
             "importance": self.resources.settings.consolidation_summary_importance,
-            "metadata": common_metadata(folded), "source": "summary", "fact_role": "summary",
+            "metadata": common_metadata(folded), "expires_at": last_expiry(folded),
+            "source": "summary", "fact_role": "summary",
             "summary_of": list(result.represented_ids), "consolidation_id": self.run_id,
             "embedding": vector,
         }

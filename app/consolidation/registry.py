@@ -28,6 +28,7 @@ from app.consolidation.ops.llm_synthesis import LLMSynthesis
 from app.consolidation.selectors.base import Selector
 from app.consolidation.selectors.highest_relevance import HighestRelevance
 from app.consolidation.selectors.similarity_cluster import SimilarityCluster
+from app.consolidation.types import Partitioning
 
 # Named, so the OpenAPI document has one schema for it and generated clients one enum.
 ConsolidationStrategy = TypeAliasType(
@@ -76,6 +77,21 @@ class Composition:
     @property
     def requires_llm(self) -> bool:
         return self.composite.requires_llm
+
+    @property
+    def partitioning(self) -> Partitioning:
+        """What any group of the selector needs: its threshold of entries in one scope,
+        and in one category unless it groups across them."""
+        config = self.selector_config
+        threshold = config.group_threshold
+        assert threshold is not None  # resolved by build_composition
+        match config:
+            case HighestRelevanceConfig():
+                return Partitioning(threshold, by_category=True)
+            case SimilarityClusterConfig():
+                return Partitioning(threshold, by_category=config.by_category)
+            case _:
+                assert_never(config)
 
 
 def build_composition(

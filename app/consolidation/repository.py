@@ -36,7 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
 from app.consolidation.schemas import ConsolidationRequest
-from app.consolidation.types import Entry, Scope
+from app.consolidation.types import Entry, Partitioning, Scope
 from app.memories.repository import live
 from app.models import ConsolidationRun, Memory
 from app.worker.queue import job_pending
@@ -155,18 +155,32 @@ class ConsolidationRepository:
         )
 
     async def candidates(
-        self, request: ConsolidationRequest, *, limit: int, with_embeddings: bool
+        self, request: ConsolidationRequest, *, limit: int, with_embeddings: bool,
+        partitioning: Partitioning,
     ) -> Candidates:
-        """The oldest `limit` matches, in a deterministic order, and how many more match."""
+        """The oldest `limit` matches that could fold (`partitioning`), in a deterministic
+        order, and how many more there are."""
         columns: list[Any] = [Memory.id, Memory.content, Memory.category, Memory.importance,
                               Memory.created_at, Memory.updated_at, Memory.tags,
                               Memory.fact_role, Memory.metadata_, Memory.user_id,
-                              Memory.agent_id, Memory.session_id, Memory.namespace]
+                              Memory.agent_id, Memory.session_id, Memory.namespace,
+                              Memory.expires_at]
         if with_embeddings:
             columns.append(Memory.embedding)
-        preds = self.candidate_predicates(request)
-        stmt = (select(*columns).where(*preds)
-                .order_by(Memory.created_at, Memory.id).limit(limit))
+        keys: list[Any] = [Memory.user_id, Memory.agent_id, Memory.session_id,
+                           Memory.namespace]
+        if partitioning.by_category:
+            keys.append(Memory.category)
+        # Only the ids and partition sizes of every match; the rows of the window after.
+        sized = (select(Memory.id, Memory.created_at,
+                        func.count().over(partition_by=keys).label("size"))
+                 .where(*self.candidate_predicates(request)).subquery())
+        foldable = sized.c.size >= partitioning.min_size
+        window = (select(sized.c.id).where(foldable)
+                  .order_by(sized.c.created_at, sized.c.id).limit(limit))
+        stmt = (select(*columns).where(Memory.tenant_id == self.tenant_id,
+                                       Memory.id.in_(window))
+                .order_by(Memory.created_at, Memory.id))
         rows = (await self.session.execute(stmt)).all()
         entries: list[Entry] = []
         snapshots: dict[uuid.UUID, Snapshot] = {}
@@ -177,11 +191,13 @@ class ConsolidationRepository:
                                  embedding=embedding, tags=tuple(row.tags),
                                  fact_role=row.fact_role, metadata=row.metadata_,
                                  scope=Scope(row.user_id, row.agent_id, row.session_id,
-                                             row.namespace)))
+                                             row.namespace),
+                                 expires_at=row.expires_at))
             snapshots[row.id] = Snapshot(row.updated_at, content_digest(row.content))
         remainder = 0
         if len(rows) == limit:
-            total = await self.session.scalar(select(func.count()).where(*preds))
+            total = await self.session.scalar(
+                select(func.count()).select_from(sized).where(foldable))
             remainder = max(0, int(total or 0) - limit)
         return Candidates(entries, snapshots, remainder)
 
@@ -349,7 +365,7 @@ def _halfvec_text(vector: Sequence[float]) -> str:
 
 SUMMARY_COLUMNS = ("id", "content", "user_id", "agent_id", "session_id", "namespace",
                    "category", "tags", "importance", "source", "fact_role", "summary_of",
-                   "consolidation_id", "metadata", "embedding")
+                   "consolidation_id", "expires_at", "metadata", "embedding")
 COVERING_SUMMARY = """
     SELECT id FROM memories
      WHERE tenant_id = $1 AND fact_role = 'summary' AND archived_at IS NULL

@@ -187,7 +187,8 @@ class ConsolidationRunner:
             candidates = await ConsolidationRepository(session, self.tenant_id).candidates(
                 request, limit=self.resources.settings.consolidation_scan_limit,
                 with_embeddings=isinstance(composition.selector_config,
-                                           SimilarityClusterConfig))
+                                           SimilarityClusterConfig),
+                partitioning=composition.partitioning)
         selected = time.perf_counter()
         groups = await asyncio.to_thread(composition.composite.plan, candidates.entries)
         planned = time.perf_counter()

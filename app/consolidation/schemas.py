@@ -162,9 +162,12 @@ class ConsolidationResult(BaseModel):
     request: ConsolidationRequest
     composition: ConsolidationComposition
     progress: ConsolidationProgress
-    candidates: int = Field(description="Memories the candidate query returned.")
+    candidates: int = Field(
+        description="Memories the candidate query returned: matches that could fold, "
+        "those with at least group_threshold matches in their scope (and category, unless "
+        "the selector groups across categories).")
     remainder: int = Field(
-        description="Matching memories the scan limit left out; the next run takes them."
+        description="Such memories the scan limit left out; the next run takes them."
     )
     dry_run: bool
     trigger: ConsolidationTrigger

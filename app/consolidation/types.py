@@ -43,6 +43,7 @@ class Entry:
     fact_role: str = "fact"
     metadata: Mapping[str, Any] = field(default_factory=dict)
     scope: Scope = NO_SCOPE
+    expires_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,3 +82,14 @@ class OpContext:
 
     llm: LLMClient | None = None
     max_summary_chars: int = MEMORY_CONTENT_MAX_CHARS
+
+
+@dataclass(frozen=True, slots=True)
+class Partitioning:
+    """What a group needs at the least, whatever the selector: `min_size` entries of one
+    scope (and one category, when `by_category`). Matches in a smaller partition can
+    never fold, so the window skips them: else, once enough of them were the oldest,
+    every run read the same window and folded nothing again."""
+
+    min_size: int
+    by_category: bool

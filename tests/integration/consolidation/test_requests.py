@@ -185,7 +185,8 @@ async def test_a_creation_window_chooses_the_memories_made_inside_it(
     # One bound is enough; a window with nothing in it folds nothing.
     planned = await consolidate(
         client, created_before=(BASE_TIME + timedelta(minutes=11)).isoformat(), dry_run=True)
-    assert planned["candidates"] == 1
+    # Its one match is too few to fold, so it is no candidate either.
+    assert (planned["candidates"], planned["remainder"]) == (0, 0)
     assert planned["groups"] == []
     empty = await consolidate(client, created_after=before, created_before=after)
     assert (empty["candidates"], empty["groups"]) == (0, [])
@@ -251,3 +252,50 @@ async def test_the_scan_limit_caps_real_matches_and_reports_the_remainder(
     assert (second["candidates"], second["remainder"]) == (4, 0)
     assert second["groups"][0]["kept_id"] == ids[6]
     assert second["groups"][0]["removed_ids"] == ids[3:6]
+
+
+async def test_matches_that_can_never_fold_do_not_hold_the_scan_window(
+    small_scan_client: httpx.AsyncClient,
+) -> None:
+    # Found by an exploratory probe: the window was the oldest matches, so once scopes
+    # (or categories) too small to fold were the oldest, every run read them alone and
+    # folded nothing, for good.
+    client = small_scan_client
+    singles = await seed(client, [memory(f"lone note {i}", i, agent_id=f"a{i}", tags=["t"])
+                                  for i in range(4)]
+                         + [memory(f"lone {c} note", 4 + n, category=c, agent_id="d",
+                                   tags=["t"]) for n, c in enumerate(("x", "y", "z"))])
+    foldable = await seed(client, [memory(f"note {i}", 10 + i, agent_id="d", tags=["t"])
+                                   for i in range(3)])
+
+    for _ in range(2):
+        plan = await consolidate(client, tags=["t"], dry_run=True)
+        # Only the three notes of one scope and category are a window's worth.
+        assert (plan["candidates"], plan["remainder"]) == (3, 0)
+    run = await consolidate(client, tags=["t"])
+
+    assert [(g["kept_id"], g["removed_ids"]) for g in run["groups"]] == [
+        (foldable[2], foldable[:2])]
+    for memory_id in singles:
+        assert (await client.get(f"/v1/memories/{memory_id}")).json()["archived_at"] is None
+    # The kept entry is alone in its partition now: nothing is left to fold.
+    after = await consolidate(client, tags=["t"])
+    assert (after["candidates"], after["remainder"], after["groups"]) == (0, 0, [])
+
+
+async def test_a_selector_across_categories_folds_small_categories_together(
+    small_scan_client: httpx.AsyncClient,
+) -> None:
+    client = small_scan_client
+    ids = await seed(client, [memory(f"note {c}", n, category=c)
+                              for n, c in enumerate(("x", "y", "z"))])
+
+    by_category = await consolidate(client, user_id="u1", dry_run=True, selector={
+        "name": "similarity_cluster", "max_distance": 1.0})
+    across = await consolidate(client, user_id="u1", dry_run=True, selector={
+        "name": "similarity_cluster", "max_distance": 1.0, "by_category": False})
+
+    assert (by_category["candidates"], by_category["groups"]) == (0, [])
+    assert across["candidates"] == 3
+    [group] = across["groups"]
+    assert sorted([group["kept_id"], *group["removed_ids"]]) == sorted(ids)
