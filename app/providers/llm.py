@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import httpx
 
 from app.errors import ProviderError
+from app.providers.answer_preview import answer_preview
 from app.providers.retry_after import retry_after_seconds
 from app.service.metrics import LLM_CALLS, LLM_SECONDS
 from app.service.request_id import outgoing
@@ -108,6 +109,7 @@ class ChatCompletionsClient:
         self._temperature = temperature
         self._max_tokens = max_tokens
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._api_key = api_key
         self._owns_client = http_client is None
         self._client = http_client or httpx.AsyncClient(timeout=timeout)
 
@@ -184,13 +186,24 @@ class ChatCompletionsClient:
         except _TooLarge:
             return _bad(f"the LLM's answer is larger than {MAX_ANSWER_BYTES} bytes"), None
         if response.status_code != 200:
+            self._log_body(f"HTTP {response.status_code}", body)
             return LLMError(
-                f"the LLM answered HTTP {response.status_code}: {_preview(body)}",
+                f"the LLM answered HTTP {response.status_code}",
                 code="llm_http_error",
                 status=502,
                 http_status=response.status_code,
             ), retry_after_seconds(response)
-        return _parse_completion(body), None
+        answer = _parse_completion(body)
+        if isinstance(answer, LLMError):
+            self._log_body(answer.detail, body)
+        return answer, None
+
+    def _log_body(self, what: str, body: bytes) -> None:
+        """The operator's log gets the start of an answer that is no completion; the
+        error, which reaches tenants (a session's events and health), does not: this
+        client's key and endpoint are the operator's, shared by every tenant."""
+        log.warning("the LLM answered %s: %s", what,
+                    answer_preview(body, limit=200, api_key=self._api_key))
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
@@ -227,21 +240,17 @@ async def _read_bounded(response: httpx.Response) -> bytes:
     return b"".join(chunks)
 
 
-def _preview(raw: bytes) -> str:
-    return repr(raw[:200].decode("utf-8", "replace"))
-
-
 def _parse_completion(raw: bytes) -> str | LLMError:
     """The first choice's text, or an error saying why the body is not a completion."""
     try:
         body: Any = json.loads(raw)
     except (ValueError, RecursionError):  # not JSON (or not UTF-8), or nested too deep
-        return _bad(f"the LLM answered a body that is not JSON: {_preview(raw)}")
+        return _bad("the LLM answered a body that is not JSON")
     if not isinstance(body, dict):
         return _bad("the LLM answered JSON that is not an object")
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        return _bad(f"the LLM answer has no choices: {_preview(raw)}")
+        return _bad("the LLM answer has no choices")
     message = choices[0].get("message")
     if not isinstance(message, dict):
         return _bad("the LLM answer's first choice has no message")

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 
 from app.errors import ProviderError
+from app.providers.answer_preview import answer_preview
 from app.providers.embedder import Vector
 from app.providers.retry_after import retry_after_seconds
 from app.service.metrics import EMBEDDING_CALLS, EMBEDDING_SECONDS
@@ -64,6 +65,7 @@ class OpenAIEmbedder:
         self._batch_size = batch_size
         self._backoff_base = backoff_base
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._api_key = api_key
         self._client = client or httpx.AsyncClient(
             base_url=base_url.rstrip("/") + "/", headers=headers, timeout=timeout
         )
@@ -113,9 +115,10 @@ class OpenAIEmbedder:
                         raise
                     _count(started, "ok")
                     return vectors
-                # The body stays in the log: it can echo credentials back.
+                # The body stays in the log (app/providers/answer_preview.py).
                 log.warning("embeddings API answered %d: %s", response.status_code,
-                            response.text[:500])
+                            answer_preview(response.text, limit=500,
+                                           api_key=self._api_key))
                 retry_after = retry_after_seconds(response)
                 error = _answered(response.status_code, retry_after)
                 if response.status_code not in RETRYABLE_STATUS:

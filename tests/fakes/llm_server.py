@@ -64,6 +64,14 @@ class Fail:
 
 
 @dataclass(frozen=True)
+class EchoAuthorization:
+    """Answer an HTTP error whose message repeats the request's Authorization header, as
+    some providers' errors do."""
+
+    status: int = 400
+
+
+@dataclass(frozen=True)
 class Hang:
     """Say nothing for `seconds` (past the client's timeout), then answer."""
 
@@ -84,7 +92,7 @@ class NoChoices:
     """Answer 200 with JSON that has no choices."""
 
 
-Behaviour = Deterministic | Reply | Fail | Hang | Garbage | NoChoices
+Behaviour = Deterministic | Reply | Fail | EchoAuthorization | Hang | Garbage | NoChoices
 
 
 @dataclass(frozen=True)
@@ -217,6 +225,10 @@ class _Handler(BaseHTTPRequestHandler):
             case Fail(status=status, retry_after=retry_after):
                 headers = {} if retry_after is None else {"Retry-After": f"{retry_after:g}"}
                 self._send(status, b'{"error": {"message": "scripted failure"}}', headers)
+            case EchoAuthorization(status=status):
+                echoed = {"error": {"message": "Invalid request. Authorization: "
+                                               f"{self.headers.get('Authorization')}"}}
+                self._send(status, json.dumps(echoed).encode())
             case Hang(seconds=seconds):
                 stopping.wait(seconds)
                 self._completion("too late")

@@ -24,7 +24,15 @@ from app.sessions.types import TurnView
 from app.worker.jobs import default_registry
 from app.worker.runner import Worker
 from tests.conftest import TenantKey, make_client, sample
-from tests.fakes.llm_server import Deterministic, Fail, FakeLLMServer, Garbage, Hang, Reply
+from tests.fakes.llm_server import (
+    Deterministic,
+    EchoAuthorization,
+    Fail,
+    FakeLLMServer,
+    Garbage,
+    Hang,
+    Reply,
+)
 from tests.integration.sessions.conftest import (
     SMALL,
     GatedSummariser,
@@ -164,6 +172,47 @@ async def test_the_llm_summariser_folds_through_the_http_endpoint(
     assert "(none yet)" in sent[1]["content"]
     assert "user: Dana's flight to Lisbon is on 12 March. (turn 1)" in sent[1]["content"]
     assert "turn 5" not in sent[1]["content"]
+
+
+@pytest.mark.parametrize("failure", [EchoAuthorization(400), Garbage(
+    b"<html>proxy error: upstream sk-operator-SECRET-123 rejected</html>")])
+async def test_the_llm_endpoints_answer_never_reaches_the_tenant(
+    small: Resources, llm_server: FakeLLMServer, tenant: TenantKey,
+    caplog: pytest.LogCaptureFixture, failure: EchoAuthorization | Garbage,
+) -> None:
+    # Found by an exploratory probe: a provider's 400 that echoed the request's
+    # Authorization put the operator's LLM key in the tenant's session events, health
+    # and context (the payload an agent pastes into its prompt).
+    secret = "sk-operator-SECRET-123"
+    llm = ChatCompletionsClient(base_url=llm_server.base_url, model="fake", timeout=0.5,
+                                max_retries=0, api_key=secret)
+    res = dataclasses.replace(with_settings(small, session_summariser="llm"), llm=llm)
+    sid = new_id()
+    try:
+        async with make_client(res, tenant.headers) as client:
+            await say(client, sid, 7)
+            llm_server.script(failure)
+            with caplog.at_level("WARNING", logger="engram.llm"):
+                outcome = await fold(res, tenant, sid)
+            session = await get_json(client, f"/v1/sessions/{sid}")
+            context = await get_json(client, f"/v1/sessions/{sid}/context")
+            logged = await events(client, sid)
+    finally:
+        await llm.aclose()
+
+    assert outcome.folds == 0
+    said = repr((session, context, logged))
+    assert session["health"]["last_error"].startswith(
+        "llm_http_error" if isinstance(failure, EchoAuthorization) else "llm_bad_response")
+    assert secret not in said
+    assert "Invalid request" not in said
+    assert "proxy error" not in said
+    # The operator's log keeps what the endpoint said, without the key.
+    [line] = [r.getMessage() for r in caplog.records
+              if r.name == "engram.llm" and "the LLM answered" in r.getMessage()]
+    assert ("Invalid request" in line) or ("proxy error" in line)
+    assert secret not in line
+    assert "[the API key]" in line
 
 
 async def test_health_walks_retry_degraded_recovering_healthy_and_says_so(
