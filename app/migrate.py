@@ -14,7 +14,7 @@ from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 log = logging.getLogger("engram.migrate")
 
@@ -133,6 +133,10 @@ async def upgrade_to_head(engine: AsyncEngine, revision: str = "head", *,
             async with engine.begin() as conn:
                 await conn.execute(text("SELECT pg_advisory_xact_lock(:id)"),
                                    {"id": MIGRATION_LOCK_ID})
+                # Again under the lock: a newer version may have migrated while this
+                # one waited for it.
+                if (newer := newer_schema(await _revisions(conn))) is not None:
+                    raise SchemaNewer(newer)
                 await conn.execute(text("SELECT set_config('lock_timeout', :ms, true)"),
                                    {"ms": f"{round(lock_timeout_seconds * 1000)}ms"})
                 await conn.run_sync(_upgrade, revision)
@@ -162,8 +166,12 @@ async def current_revisions(engine: AsyncEngine) -> set[str]:
     """The schema's revisions, read directly: cheap enough for every readiness probe, and
     without Alembic's migration context logging on each call."""
     async with engine.connect() as conn:
-        exists = await conn.scalar(text("SELECT to_regclass('alembic_version') IS NOT NULL"))
-        if not exists:
-            return set()
-        rows = await conn.execute(text("SELECT version_num FROM alembic_version"))
-        return {row[0] for row in rows}
+        return await _revisions(conn)
+
+
+async def _revisions(conn: AsyncConnection) -> set[str]:
+    exists = await conn.scalar(text("SELECT to_regclass('alembic_version') IS NOT NULL"))
+    if not exists:
+        return set()
+    rows = await conn.execute(text("SELECT version_num FROM alembic_version"))
+    return {row[0] for row in rows}

@@ -430,6 +430,27 @@ async def test_a_schema_a_newer_version_migrated_is_named_as_such_and_left_alone
     assert ready.json()["detail"] == str(refused.value)
 
 
+async def test_a_newer_version_migrating_while_this_one_waits_is_named_as_such(
+    fresh_engine: AsyncEngine,
+) -> None:
+    """Found by an exploratory probe: the check came before the advisory lock, so a start
+    that waited for a newer version's migration got Alembic's "Can't locate revision"."""
+    await upgrade_to_head(fresh_engine)
+    async with fresh_engine.connect() as newer:
+        await newer.execute(text("SELECT pg_advisory_xact_lock(:id)"),
+                            {"id": MIGRATION_LOCK_ID})
+        waiting = asyncio.create_task(upgrade_to_head(fresh_engine))
+        await asyncio.sleep(0.5)
+        assert not waiting.done()
+        await newer.execute(text("UPDATE alembic_version SET version_num = '0099'"))
+        await newer.commit()
+
+        with pytest.raises(SchemaNewer) as refused:
+            await asyncio.wait_for(waiting, 10)
+    assert "the schema is at 0099" in str(refused.value)
+    assert await current_revisions(fresh_engine) == {"0099"}
+
+
 async def test_a_schema_behind_says_to_migrate(
     fresh_engine: AsyncEngine, resources: Resources,
 ) -> None:
