@@ -76,6 +76,7 @@ async def test_a_run_whose_process_died_is_marked_failed_and_keeps_its_committed
                 "agent_id": None, "session_id": None, "namespace": None,
                 "category": "general", "tags": [], "importance": 0.7, "source": "summary",
                 "fact_role": "summary", "summary_of": ids[0:2], "consolidation_id": run_id,
+                "expires_at": None,
                 "metadata": {}, "embedding": vector})
             assert await writer.archive(ids[0:2], run_id) == 2
 
