@@ -101,13 +101,19 @@ class BackupReport:
     seconds: float
 
 
-async def backup(url: str, path: Path) -> BackupReport:
+async def backup(url: str, path: Path, *, snapshot: str | None = None) -> BackupReport:
+    """Dump the database to `path` (through a hidden partial file, renamed when whole);
+    in `snapshot` (pg_export_snapshot's) when given, so what the caller counted in it is
+    what the file holds."""
     check_destination(path)
     started = time.monotonic()
     partial = path.with_name(f".{path.name}.partial")
+    argv = [tool("pg_dump"), "--format=custom", "--no-owner", "--no-privileges",
+            f"--file={partial}"]
+    if snapshot is not None:
+        argv.append(f"--snapshot={snapshot}")
     try:
-        await _run([tool("pg_dump"), "--format=custom", "--no-owner", "--no-privileges",
-                    f"--file={partial}"], url)
+        await _run(argv, url)
         os.replace(partial, path)
     finally:
         partial.unlink(missing_ok=True)
@@ -117,6 +123,29 @@ async def backup(url: str, path: Path) -> BackupReport:
 async def check_archive(url: str, path: Path) -> None:
     """Refuse a file that is not a pg_dump archive before anything is touched."""
     await _run([tool("pg_restore"), "--list", str(path)], url)
+
+
+async def archive_revision(url: str, path: Path) -> str | None:
+    """The schema revision the archive was taken at (its alembic_version row), read
+    without touching the database; None when it holds none."""
+    proc = await asyncio.create_subprocess_exec(
+        tool("pg_restore"), "--data-only", "--table=alembic_version", "--file=-", str(path),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, **libpq_env(url)})
+    out, errors = await proc.communicate()
+    if proc.returncode != 0:
+        raise BackupFailed(_first_line(errors, "pg_restore", proc.returncode))
+    lines = out.decode(errors="replace").splitlines()
+    starts = [i for i, line in enumerate(lines)
+              if line.startswith("COPY ") and "alembic_version" in line]
+    if not starts:
+        return None
+    values = []
+    for line in lines[starts[0] + 1:]:
+        if line == "\\.":
+            break
+        values.append(line.strip())
+    return values[0] if values else None
 
 
 async def restore(url: str, path: Path) -> float:
@@ -152,16 +181,21 @@ async def restore(url: str, path: Path) -> float:
         # psql stopped at an error (its own message says which): pg_restore, unread,
         # would block on its output for ever. Its output is read to the end, since the
         # process counts as ended only once its pipes are closed.
+        killed = True
         producer.kill()
         while await producer.stdout.read(_CHUNK):
             pass
+    else:
+        killed = False
     consumed = await consumer.wait()
     produced = await producer.wait()
-    # psql's error first: when it stopped, pg_restore was killed for it.
+    # pg_restore's error first unless it was killed for psql's: a cut-off archive made
+    # psql choke on the half row it got ("invalid input syntax for type halfvec" and a
+    # kilobyte of vector), while pg_restore said what was wrong ("end of file").
+    if produced != 0 and not killed:
+        raise BackupFailed(_first_line(await produced_errors, "pg_restore", produced))
     if consumed != 0:
         raise BackupFailed(_first_line(await consumed_errors, "psql", consumed))
-    if produced != 0:
-        raise BackupFailed(_first_line(await produced_errors, "pg_restore", produced))
     return time.monotonic() - started
 
 
@@ -179,4 +213,6 @@ def _first_line(errors: bytes, name: str, status: int | None) -> str:
     lines = [line.strip() for line in errors.decode(errors="replace").splitlines()
              if line.strip()]
     said = [line for line in lines if "error" in line.lower()]
-    return (said or lines or [f"{name} exited with {status}"])[0]
+    line = (said or lines or [f"{name} exited with {status}"])[0]
+    # A failing row's values can be kilobytes of vector.
+    return line if len(line) <= 300 else line[:300] + "..."

@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.service import log_format
@@ -86,9 +87,11 @@ def serve(settings: Settings) -> int:
 
 
 @asynccontextmanager
-async def _database(settings: Settings) -> AsyncIterator[AsyncEngine]:
-    """A migrated database for one CLI command; an embedded server already running for
-    the service on the same data dir is shared, not restarted."""
+async def _database(settings: Settings, *, migrate: bool = True) -> AsyncIterator[AsyncEngine]:
+    """A migrated database for one CLI command (`migrate=False`: as it is, for a backup
+    or a restore, which must not change the schema they save or replace); an embedded
+    server already running for the service on the same data dir is shared, not
+    restarted."""
     from app.db import create_engine
     from app.migrate import upgrade_to_head
     from app.resources import open_database
@@ -96,8 +99,9 @@ async def _database(settings: Settings) -> AsyncIterator[AsyncEngine]:
     url, embedded = await open_database(settings)
     engine = create_engine(url, settings, application_name="engram-cli", bounded=False)
     try:
-        await upgrade_to_head(
-            engine, lock_timeout_seconds=settings.migration_lock_timeout_seconds)
+        if migrate:
+            await upgrade_to_head(
+                engine, lock_timeout_seconds=settings.migration_lock_timeout_seconds)
         yield engine
     finally:
         await engine.dispose()
@@ -302,7 +306,7 @@ def _suspension_text(t: TenantSummary) -> str:
 
 
 async def _reembed(settings: Settings, args: argparse.Namespace) -> int:
-    from app.embedding_space.service import ServiceRunning, reembed
+    from app.embedding_space.service import ModelUnusable, ServiceRunning, reembed
     from app.providers.embedder import build_embedder, load_embedder
 
     # The service is stopped, so the local model may take every core: with two, the pass
@@ -326,6 +330,10 @@ async def _reembed(settings: Settings, args: argparse.Namespace) -> int:
             except ServiceRunning as exc:
                 print(f"engram: {exc}", file=sys.stderr)
                 return 1
+            except ModelUnusable as exc:
+                print(f"engram: reembed did not begin, nothing was changed: the new model "
+                      f"could not embed a probe text: {exc}", file=sys.stderr)
+                return 1
             except Exception as exc:
                 from app.failure import describe
 
@@ -348,49 +356,74 @@ async def _reembed(settings: Settings, args: argparse.Namespace) -> int:
 async def _backup(settings: Settings, args: argparse.Namespace) -> int:
     from app.backup import BackupFailed, backup
     from app.db import asyncpg_dsn
-    from app.migrate import head_revision
+    from app.migrate import revisions_in
+    from app.tenants.repository import database_holdings
 
-    async with _database(settings) as engine:
+    # Not migrated first: a backup taken before an upgrade, with the new version's CLI,
+    # must be of the schema as it was (the old replicas still serve it).
+    async with _database(settings, migrate=False) as engine, engine.connect() as conn:
+        # One snapshot for the dump and for what is said of it: counted after the dump,
+        # the writes meanwhile were counted too.
+        snap = await conn.execution_options(isolation_level="REPEATABLE READ")
+        await snap.begin()
+        snapshot = await snap.scalar(text("SELECT pg_export_snapshot()"))
+        held = await database_holdings(snap)
+        revision = ", ".join(sorted(await revisions_in(snap))) or "none"
         try:
-            report = await backup(asyncpg_dsn(engine), Path(args.file))
+            report = await backup(asyncpg_dsn(engine), Path(args.file), snapshot=snapshot)
         except BackupFailed as exc:
             print(f"engram: backup failed: {exc}", file=sys.stderr)
             return 1
-        held = await _holdings(engine)
-    print(f"backed up {held} at schema {head_revision()} to {report.path} "
+    print(f"backed up {held} at schema {revision} to {report.path} "
           f"({report.size_bytes / 1e6:.1f} MB in {report.seconds:.1f} s)")
     return 0
 
 
 async def _restore(settings: Settings, args: argparse.Namespace) -> int:
-    from app.backup import BackupFailed, check_archive, restore
+    from app.backup import BackupFailed, archive_revision, check_archive, restore
     from app.db import asyncpg_dsn
     from app.embedding_space.repository import EmbeddingSpaceRepository
-    from app.embedding_space.service import ServiceRunning, refuse_while_serving
-    from app.migrate import head_revision, upgrade_to_head
+    from app.embedding_space.service import (
+        ServiceRunning,
+        exclusive_pass,
+        refuse_while_serving,
+    )
+    from app.migrate import head_revision, newer_schema, upgrade_to_head
+    from app.tenants.repository import database_holdings
 
     path = Path(args.file)
-    async with _database(settings) as engine:
+    # Not migrated first: what is there is replaced, and a database a newer version
+    # migrated (a release rolled back) must still be restorable over.
+    async with _database(settings, migrate=False) as engine:
         url = asyncpg_dsn(engine)
         try:
             await check_archive(url, path)
+            revision = await archive_revision(url, path)
         except BackupFailed as exc:
             print(f"engram: {path} is not a backup to restore: {exc}", file=sys.stderr)
             return 1
-        try:
-            async with engine.connect() as conn:
-                await refuse_while_serving(EmbeddingSpaceRepository(conn),
-                                           "or the restore would replace what they serve")
-        except ServiceRunning as exc:
-            print(f"engram: {exc}", file=sys.stderr)
-            return 1
-        if not args.yes:
-            print(f"engram: a restore replaces everything in this database ("
-                  f"{await _holdings(engine)}) with {path}'s contents; add --yes to do it",
+        if revision is not None and (newer := newer_schema({revision})) is not None:
+            # Checked before anything is replaced: once restored, this version could
+            # neither migrate it nor run on it.
+            print(f"engram: {path} cannot be restored by this version, nothing was "
+                  f"changed: {newer.replace('the schema is', 'its schema is', 1)}",
                   file=sys.stderr)
             return 1
         try:
-            seconds = await restore(url, path)
+            async with exclusive_pass(engine, "restore"):
+                async with engine.connect() as conn:
+                    await refuse_while_serving(
+                        EmbeddingSpaceRepository(conn),
+                        "or the restore would replace what they serve")
+                    held = await database_holdings(conn)
+                if not args.yes:
+                    print(f"engram: a restore replaces everything in this database ({held}) "
+                          f"with {path}'s contents; add --yes to do it", file=sys.stderr)
+                    return 1
+                seconds = await restore(url, path)
+        except ServiceRunning as exc:
+            print(f"engram: {exc}", file=sys.stderr)
+            return 1
         except BackupFailed as exc:
             print(f"engram: restore failed, the database is as it was: {exc}",
                   file=sys.stderr)
@@ -400,21 +433,11 @@ async def _restore(settings: Settings, args: argparse.Namespace) -> int:
         await engine.dispose()
         await upgrade_to_head(
             engine, lock_timeout_seconds=settings.migration_lock_timeout_seconds)
-        held = await _holdings(engine)
+        async with engine.connect() as conn:
+            held = await database_holdings(conn)
     print(f"restored {held} from {path} in {seconds:.1f} s, the schema migrated to "
           f"{head_revision()}")
     return 0
-
-
-async def _holdings(engine: AsyncEngine) -> str:
-    from app.db import create_sessionmaker
-    from app.tenants.repository import TenantRepository
-
-    async with create_sessionmaker(engine)() as session:
-        tenants = await TenantRepository(session).summaries()
-    memories = sum(t.memories for t in tenants)
-    sessions = sum(t.sessions for t in tenants)
-    return f"{memories} memories and {sessions} sessions of {len(tenants)} tenants"
 
 
 def _bounded_name(value: str) -> str:

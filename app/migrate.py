@@ -135,7 +135,7 @@ async def upgrade_to_head(engine: AsyncEngine, revision: str = "head", *,
                                    {"id": MIGRATION_LOCK_ID})
                 # Again under the lock: a newer version may have migrated while this
                 # one waited for it.
-                if (newer := newer_schema(await _revisions(conn))) is not None:
+                if (newer := newer_schema(await revisions_in(conn))) is not None:
                     raise SchemaNewer(newer)
                 await conn.execute(text("SELECT set_config('lock_timeout', :ms, true)"),
                                    {"ms": f"{round(lock_timeout_seconds * 1000)}ms"})
@@ -166,10 +166,10 @@ async def current_revisions(engine: AsyncEngine) -> set[str]:
     """The schema's revisions, read directly: cheap enough for every readiness probe, and
     without Alembic's migration context logging on each call."""
     async with engine.connect() as conn:
-        return await _revisions(conn)
+        return await revisions_in(conn)
 
 
-async def _revisions(conn: AsyncConnection) -> set[str]:
+async def revisions_in(conn: AsyncConnection) -> set[str]:
     exists = await conn.scalar(text("SELECT to_regclass('alembic_version') IS NOT NULL"))
     if not exists:
         return set()

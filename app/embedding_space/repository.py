@@ -37,9 +37,23 @@ WHERE m.id = v.id AND m.content = v.content
 """
 
 
+# A session-level advisory lock held for a whole re-embedding pass, or a whole restore:
+# hashtextextended('engram:embedding-space', 0).
+_PASS_LOCK = text("SELECT pg_try_advisory_lock(hashtextextended('engram:embedding-space', 0))")
+_PASS_UNLOCK = text("SELECT pg_advisory_unlock(hashtextextended('engram:embedding-space', 0))")
+
+
 class EmbeddingSpaceRepository:
     def __init__(self, conn: AsyncConnection) -> None:
         self._conn = conn
+
+    async def try_lock_pass(self) -> bool:
+        """Take the pass lock on this connection (held until `unlock_pass` or until the
+        connection closes); False when another connection holds it."""
+        return bool(await self._conn.scalar(_PASS_LOCK))
+
+    async def unlock_pass(self) -> None:
+        await self._conn.scalar(_PASS_UNLOCK)
 
     async def lock_row(self) -> StoredSpace | None:
         """The row, locked for the transaction, or None when no model was recorded yet. A

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -24,6 +25,32 @@ class VectorSpaceMismatch(RuntimeError):
 class ServiceRunning(RuntimeError):
     """A command that needs the service stopped (a re-embedding, a restore) was asked
     for while it runs on the database."""
+
+
+class ModelUnusable(RuntimeError):
+    """The new model failed to embed one text before the pass began: nothing changed."""
+
+
+class PassRunning(ServiceRunning):
+    """Another re-embedding or restore is running on the database."""
+
+
+@asynccontextmanager
+async def exclusive_pass(engine: AsyncEngine, what: str) -> AsyncIterator[None]:
+    """Hold the database's one re-embedding-or-restore lock for the block, on a connection
+    of its own (a crash drops it with the connection); raise PassRunning if another holds
+    it. Two passes at once left the vectors of two models mixed under one recorded
+    model, and a service started on them."""
+    async with engine.connect() as conn:
+        holder = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        repo = EmbeddingSpaceRepository(holder)
+        if not await repo.try_lock_pass():
+            raise PassRunning(f"another `reembed` or `restore` is running on this database; "
+                              f"let it finish, then {what} again")
+        try:
+            yield
+        finally:
+            await repo.unlock_pass()
 
 
 async def refuse_while_serving(repo: EmbeddingSpaceRepository, why: str) -> None:
@@ -78,7 +105,14 @@ async def reembed(engine: AsyncEngine, embedder: Embedder, *, batch_size: int = 
     """Re-embed every memory (every tenant's, archived and expired ones too) with
     `embedder`, a batch per transaction, the position saved with each, so a pass cut
     short goes on where it stopped; then record the model. Refuses while the service
-    runs on the database: its writes would embed with the model being replaced."""
+    runs on the database: its writes would embed with the model being replaced, and
+    while another pass or a restore does."""
+    async with exclusive_pass(engine, "run this reembed"):
+        return await _reembed(engine, embedder, batch_size=batch_size, progress=progress)
+
+
+async def _reembed(engine: AsyncEngine, embedder: Embedder, *, batch_size: int,
+                   progress: Callable[[int, int], None] | None) -> ReembedReport:
     started = time.monotonic()
     target = embedder.vector_space
     async with engine.begin() as conn:
@@ -93,7 +127,11 @@ async def reembed(engine: AsyncEngine, embedder: Embedder, *, batch_size: int = 
             # here, with nothing changed: once the pass is begun, no service starts until
             # it is finished, with this model or the old one, every memory re-embedded.
             # One text, under the row's lock, which only another pass or a start reads.
-            await embedder.embed([PROBE_TEXT])
+            try:
+                await embedder.embed([PROBE_TEXT])
+            except Exception as exc:
+                said = (str(exc).strip().splitlines() or [""])[0]
+                raise ModelUnusable(f"{exc.__class__.__name__}: {said}") from exc
         await repo.begin_target(target, start.after)
         await repo.drop_vector_index()
         total = await repo.count_after(start.after)

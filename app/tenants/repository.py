@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from app.db import Fetcher
 from app.models import ApiKey, ChatSession, Memory, Tenant
@@ -217,3 +217,26 @@ class TenantRepository:
         result = await self.session.execute(
             delete(Tenant).where(Tenant.id == tenant_id).returning(Tenant.id))
         return result.first() is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Holdings:
+    tenants: int
+    memories: int
+    sessions: int
+
+    def __str__(self) -> str:
+        return (f"{self.memories} memories and {self.sessions} sessions of "
+                f"{self.tenants} tenants")
+
+
+async def database_holdings(conn: AsyncConnection) -> Holdings:
+    """What the whole database holds, read in `conn`'s snapshot. By table name, since a
+    backup or a restore meets schemas this version's models may not describe (an older
+    one, not migrated first; sessions came in a later revision)."""
+    counts = {}
+    for table in ("tenants", "memories", "sessions"):
+        present = await conn.scalar(text("SELECT to_regclass(:t) IS NOT NULL"), {"t": table})
+        counts[table] = (int(await conn.scalar(text(f"SELECT count(*) FROM {table}")) or 0)
+                         if present else 0)
+    return Holdings(counts["tenants"], counts["memories"], counts["sessions"])

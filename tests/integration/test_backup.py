@@ -6,6 +6,7 @@ contents into another."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -16,7 +17,8 @@ import httpx
 import pytest
 from sqlalchemy import make_url, text
 
-from app.migrate import head_revision, upgrade_to_head
+from app.embedding_space.service import exclusive_pass
+from app.migrate import downgrade, head_revision, upgrade_to_head
 from app.resources import Resources
 from tests.conftest import TenantKey, create_tenant_key, make_client, reconfigured
 from tests.integration.test_cli_and_process import Run, base_env, cli, run_sync
@@ -186,3 +188,135 @@ def test_the_embedded_default_moves_to_another_data_dir(tmp_path: Path) -> None:
     assert restored.returncode == 0, restored.stderr
     assert "moving" in listed.stdout
     assert "laptop" in listed.stdout
+
+
+async def revision_of(resources: Resources, url: str) -> str:
+    async with reconfigured(resources, url) as res, res.engine.connect() as conn:
+        return str(await conn.scalar(text("SELECT version_num FROM alembic_version")))
+
+
+async def set_revision(resources: Resources, url: str, revision: str) -> None:
+    async with reconfigured(resources, url) as res, res.engine.begin() as conn:
+        await conn.execute(text("UPDATE alembic_version SET version_num = :r"),
+                           {"r": revision})
+
+
+async def test_a_backup_leaves_the_schema_as_it_was(
+    resources: Resources, new_database: Database, tmp_path: Path,
+) -> None:
+    """Found by an exploratory probe: `backup` migrated the live database first, so a
+    backup taken before an upgrade with the new version's CLI upgraded production under
+    the old replicas, and was of the migrated schema."""
+    source = await new_database()
+    async with serving(resources, source) as (client, _):
+        await remember(client, *FACTS)
+    async with reconfigured(resources, source) as res:
+        await downgrade(res.engine, "0026")
+    archive = tmp_path / "before-upgrade.dump"
+
+    saved = await cli(source, "backup", str(archive))
+
+    assert saved.returncode == 0, saved.stderr
+    assert " at schema 0026 to " in saved.stdout
+    assert await revision_of(resources, source) == "0026"
+
+
+async def test_a_backup_a_newer_version_took_is_refused_before_anything_is_replaced(
+    resources: Resources, new_database: Database, tmp_path: Path,
+) -> None:
+    """Found by an exploratory probe: the restore replaced the database, then failed to
+    migrate it ("restore failed"), and no command of this version ran on it again."""
+    source, target = await new_database(), await new_database()
+    async with serving(resources, source) as (client, _):
+        await remember(client, *FACTS)
+    await set_revision(resources, source, "0099")
+    archive = tmp_path / "newer.dump"
+    assert (await cli(source, "backup", str(archive))).returncode == 0
+    async with serving(resources, target) as (other, other_key):
+        await remember(other, "Only in the target.")
+
+    refused = await cli(target, "restore", str(archive), "--yes")
+
+    assert refused.returncode == 1
+    assert refused.stderr.strip().splitlines()[-1] == (
+        f"engram: {archive} cannot be restored by this version, nothing was changed: its "
+        f"schema is at 0099, which this version of Engram (head {head_revision()}) does "
+        "not know: a newer version migrated it; run that version")
+    async with serving(resources, target, other_key) as (other, _):
+        assert await contents(other) == ["Only in the target."]
+    assert await revision_of(resources, target) == head_revision()
+
+
+async def test_a_database_a_newer_version_migrated_can_be_restored_over(
+    resources: Resources, new_database: Database, tmp_path: Path,
+) -> None:
+    """Rolling a release back: the backup taken before it goes over the database it
+    migrated (every command migrated first, and refused that schema)."""
+    source, target = await new_database(), await new_database()
+    archive = tmp_path / "last-night.dump"
+    async with serving(resources, source) as (client, key):
+        await remember(client, *FACTS)
+        assert (await cli(source, "backup", str(archive))).returncode == 0
+    async with serving(resources, target) as (other, _):
+        await remember(other, "Written by the newer release.")
+    await set_revision(resources, target, "0099")
+
+    restored = await cli(target, "restore", str(archive), "--yes")
+
+    assert restored.returncode == 0, restored.stderr
+    async with serving(resources, target, key) as (client, _):
+        assert await contents(client) == sorted(FACTS)
+    assert await revision_of(resources, target) == head_revision()
+
+
+async def test_a_restore_is_refused_while_a_reembed_or_restore_runs(
+    resources: Resources, new_database: Database, tmp_path: Path,
+) -> None:
+    source, target = await new_database(), await new_database()
+    archive = tmp_path / "engram.dump"
+    async with serving(resources, source) as (client, _):
+        await remember(client, *FACTS)
+        assert (await cli(source, "backup", str(archive))).returncode == 0
+    async with serving(resources, target) as (other, other_key):
+        await remember(other, "Only in the target.")
+
+    async with reconfigured(resources, target) as res, \
+            exclusive_pass(res.engine, "reembed"):
+        refused = await cli(target, "restore", str(archive), "--yes")
+
+    assert refused.returncode == 1
+    assert "another `reembed` or `restore` is running on this database" in refused.stderr
+    async with serving(resources, target, other_key) as (other, _):
+        assert await contents(other) == ["Only in the target."]
+
+
+async def test_a_backups_summary_counts_what_the_file_holds_while_writes_go_on(
+    resources: Resources, new_database: Database, tmp_path: Path,
+) -> None:
+    """Found by an exploratory probe: the counts were read after the dump, so writes
+    meanwhile were counted too ("21368 memories" of a file holding 21,093)."""
+    source, target = await new_database(), await new_database()
+    archive = tmp_path / "busy.dump"
+    async with serving(resources, source) as (client, _):
+        await remember(client, *(f"seed fact {i}" for i in range(50)))
+        stop = asyncio.Event()
+
+        async def write() -> None:
+            n = 0
+            while not stop.is_set():
+                await remember(client, f"written during the backup {n}")
+                n += 1
+
+        writer = asyncio.create_task(write())
+        try:
+            saved = await cli(source, "backup", str(archive))
+        finally:
+            stop.set()
+            await writer
+    restored = await cli(target, "restore", str(archive), "--yes")
+
+    assert saved.returncode == 0, saved.stderr
+    assert restored.returncode == 0, restored.stderr
+    said = saved.stdout.split(" at schema ")[0].removeprefix("backed up ")
+    assert restored.stdout.startswith(f"restored {said} from "), (saved.stdout,
+                                                                  restored.stdout)

@@ -18,9 +18,11 @@ from sqlalchemy import text
 
 from app.db import asyncpg_dsn, create_engine, create_sessionmaker
 from app.embedding_space.service import (
+    PassRunning,
     ServiceRunning,
     VectorSpaceMismatch,
     check_on_start,
+    exclusive_pass,
     reembed,
 )
 from app.migrate import upgrade_to_head
@@ -378,3 +380,47 @@ async def test_the_command_stopped_by_a_failing_endpoint_goes_on_when_run_again(
         "re-embedded 1 memories with served-minilm (going on from an earlier pass) in ")
     assert [len(r.body["input"]) for r in server.requests] == [1, 2, 1, 1]
     assert (await space_row(own_db))[:3] == ("served-minilm", None, None)
+
+
+async def test_a_second_pass_is_refused_while_one_runs(own_db: Resources) -> None:
+    """Found by an exploratory probe: two passes of two models at once both reported
+    success, left 220 of 600 memories with one model's vectors and 380 with the other's,
+    recorded one, and a service then started on the mix."""
+    await check_on_start(own_db.engine, own_db.embedder)
+    await store(own_db, "one", "two")
+    before = await space_row(own_db)
+
+    async with exclusive_pass(own_db.engine, "run this reembed"):
+        with pytest.raises(PassRunning, match=r"another `reembed` or `restore` is running"):
+            await reembed(own_db.engine, OtherModel())
+        url = own_db.settings.database_url
+        assert url is not None
+        refused = await cli(url, "reembed")
+    assert await space_row(own_db) == before
+    assert refused.returncode == 1
+    assert refused.stderr.strip().splitlines()[-1] == (
+        "engram: another `reembed` or `restore` is running on this database; let it "
+        "finish, then run this reembed again")
+    # Released with the block: the pass runs now.
+    assert (await reembed(own_db.engine, OtherModel())).embedded == 2
+
+
+async def test_a_model_that_cannot_embed_is_said_to_have_changed_nothing(
+        own_db: Resources) -> None:
+    await check_on_start(own_db.engine, own_db.embedder)
+    await store(own_db, "one")
+    before = await space_row(own_db)
+    url = own_db.settings.database_url
+    assert url is not None
+
+    refused = await cli(url, "reembed", ENGRAM_EMBEDDER="openai",
+                        ENGRAM_OPENAI_BASE_URL="http://127.0.0.1:9/v1",
+                        ENGRAM_OPENAI_MAX_RETRIES="0")
+
+    assert refused.returncode == 1
+    last = refused.stderr.strip().splitlines()[-1]
+    # It said "The batches done are kept; run it again to go on from there", of none.
+    assert last.startswith("engram: reembed did not begin, nothing was changed: the new "
+                           "model could not embed a probe text: "), refused.stderr
+    assert "run it again" not in last
+    assert await space_row(own_db) == before
