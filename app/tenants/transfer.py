@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.exc import DataError, IntegrityError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.destination import check_destination
@@ -150,7 +150,7 @@ async def import_tenant(engine: AsyncEngine, path: Path, *, name: str | None = N
             async with engine.begin() as conn:
                 repo = TransferRepository(conn)
                 check_schema(header.schema, str(await repo.schema_revision()))
-                existing = await repo.tenant_id(target)
+                existing = await repo.tenant_id(target, lock=True)
                 replaced: dict[str, int] | None = None
                 if existing is not None:
                     if not replace:
@@ -196,7 +196,14 @@ async def import_tenant(engine: AsyncEngine, path: Path, *, name: str | None = N
             raise TransferError(_not_fitting(exc)) from None
         except DataError as exc:
             raise TransferError(f"a value of the export does not fit its column: "
-                                f"{_first_line(exc)}") from None
+                                f"{_first_line(exc)} (nothing was imported)") from None
+        except DBAPIError as exc:
+            # pgvector's "expected 384 dimensions, not 3" is SQLSTATE 22000, which the
+            # driver does not class as a DataError.
+            if not str(getattr(exc.orig, "sqlstate", "")).startswith("22"):
+                raise
+            raise TransferError(f"a value of the export does not fit its column: "
+                                f"{_first_line(exc)} (nothing was imported)") from None
     return TransferReport(target, path, rows, time.monotonic() - started,
                           os.stat(path).st_size, replaced, failed)
 

@@ -123,8 +123,14 @@ def parse_line(line: str, number: int) -> RowLine | Trailer:
     except ValueError:
         raise TransferError(f"line {number} of the export is not JSON: the file is "
                             "damaged") from None
-    if isinstance(doc, dict) and doc.get("end") is True and isinstance(doc.get("rows"), dict):
-        return Trailer({str(k): int(v) for k, v in doc["rows"].items()})
+    if isinstance(doc, dict) and doc.get("end") is True:
+        rows = doc.get("rows")
+        if not isinstance(rows, dict) or not all(
+                type(v) is int and v >= 0 for v in rows.values()):
+            raise TransferError(f"line {number} of the export, its last line, is damaged: "
+                                "its row counts are not whole numbers (nothing was "
+                                "imported)")
+        return Trailer({str(k): v for k, v in rows.items()})
     if (not isinstance(doc, dict) or doc.get("table") not in TABLE_NAMES
             or not isinstance(doc.get("row"), dict)):
         raise TransferError(f"line {number} of the export is not a row of a known table")

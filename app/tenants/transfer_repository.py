@@ -52,9 +52,13 @@ class TransferRepository:
             "AND attnum > 0 AND NOT attisdropped ORDER BY attnum"), {"t": table})
         return tuple(r[0] for r in rows)
 
-    async def tenant_id(self, name: str) -> uuid.UUID | None:
+    async def tenant_id(self, name: str, *, lock: bool = False) -> uuid.UUID | None:
+        """The tenant's id; with `lock`, its row locked for the transaction, so two
+        imports over one tenant take turns (the second's clear saw nothing the first
+        wrote, and the tenant kept both exports' memories)."""
         return (await self._conn.execute(
-            text("SELECT id FROM tenants WHERE name = :name"), {"name": name})).scalar()
+            text("SELECT id FROM tenants WHERE name = :name"
+                 + (" FOR UPDATE" if lock else "")), {"name": name})).scalar()
 
     async def tenant_name(self, tenant_id: uuid.UUID) -> str | None:
         return (await self._conn.execute(
@@ -110,7 +114,9 @@ class TransferRepository:
         row = (await self._conn.execute(text(
             "SELECT a.prefix, t.name FROM api_keys a "
             "JOIN api_keys b ON b.key_hash = a.key_hash AND b.tenant_id <> a.tenant_id "
-            "JOIN tenants t ON t.id = b.tenant_id WHERE a.tenant_id = :t LIMIT 1"),
+            "AND b.revoked_at IS NULL "
+            "JOIN tenants t ON t.id = b.tenant_id "
+            "WHERE a.tenant_id = :t AND a.revoked_at IS NULL LIMIT 1"),
             {"t": tenant_id})).first()
         return None if row is None else (row[0], row[1])
 

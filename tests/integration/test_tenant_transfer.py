@@ -5,6 +5,7 @@ snapshot; a file that is damaged, cut short or does not fit changes nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import uuid
@@ -293,6 +294,15 @@ async def test_a_run_under_way_at_the_export_is_imported_failed(
     assert runs[0]["finished_at"] is not None
 
 
+def with_vector(line: str, vector: str) -> str:
+    """`line` with its vector replaced, if it is a memory's row."""
+    doc = json.loads(line)
+    if doc.get("table") != "memories" or doc["row"].get("embedding") is None:
+        return line
+    doc["row"]["embedding"] = vector
+    return json.dumps(doc) + "\n"
+
+
 async def test_an_import_that_does_not_fit_changes_nothing(
     resources: Resources, database_url: str, tmp_path: Path,
 ) -> None:
@@ -332,6 +342,10 @@ async def test_an_import_that_does_not_fit_changes_nothing(
         (variant("bad-value.gz", lambda ls: [*ls[:3], ls[3].replace(
             '"importance": ', '"importance": 7, "x": '), *ls[4:]]),
          "has columns its header does not list"),
+        # Was "tenants failed: Error: expected 384 dimensions, not 3".
+        (variant("short-vector.gz", lambda ls: [with_vector(x, "[1,2,3]") for x in ls]),
+         "a value of the export does not fit its column: expected 384 dimensions, not 3 "
+         "(nothing was imported)"),
     ]
     async with another_database(resources, database_url) as target:
         other = await create_tenant_key(target)
@@ -352,6 +366,32 @@ async def test_an_import_that_does_not_fit_changes_nothing(
         assert says in error, (name, error)
     assert after == before
     assert not any(before["tenant"].values())
+
+
+async def test_two_imports_over_one_tenant_take_turns(
+    resources: Resources, tmp_path: Path,
+) -> None:
+    """Found by an exploratory probe: two `--replace` imports at once each cleared what
+    they saw, so the tenant kept both exports' memories (6,000 of two 3,000s)."""
+    tenant, first = await exported(resources, tmp_path)
+    async with make_client(resources, tenant.headers) as client:
+        for i in range(3):
+            made = await client.post("/v1/memories", json={"content": f"later note {i}"})
+            assert made.status_code == 201
+    second = tmp_path / "second.jsonl.gz"
+    await export_tenant(resources.engine, tenant.name, second)
+
+    reports = await asyncio.gather(
+        import_tenant(resources.engine, first, replace=True),
+        import_tenant(resources.engine, second, replace=True))
+
+    held_now = len((await rows_of(resources, tenant.tenant_id))["memories"])
+    last = max(reports, key=lambda r: r.seconds)
+    assert {r.rows["memories"] for r in reports} == {7, 10}
+    # The later one replaced the earlier one's rows, whichever went first.
+    assert held_now == last.rows["memories"]
+    assert last.replaced is not None
+    assert last.replaced["memories"] == ({7, 10} - {held_now}).pop()
 
 
 async def test_an_import_into_the_database_it_came_from_is_refused_unless_replacing(
@@ -390,8 +430,15 @@ async def test_a_key_another_tenant_holds_is_refused(
         with pytest.raises(Conflict, match=f"is a key of tenant {holder.name!r} here too"):
             await import_tenant(target.engine, file)
         left = await rows_of(target, tenant.tenant_id)
+        # Revoked there, it acts as nobody: the import goes ahead (it was refused with
+        # the same advice, to revoke it).
+        async with target.engine.begin() as conn:
+            await conn.execute(text("UPDATE api_keys SET revoked_at = now() "
+                                    "WHERE tenant_id = :t"), {"t": holder.tenant_id})
+        report = await import_tenant(target.engine, file)
 
     assert not any(left.values())
+    assert report.rows["memories"] == 7
 
 
 async def test_an_empty_database_takes_the_exports_model_but_not_while_served(

@@ -63,6 +63,12 @@ def test_rows_and_the_trailer_read_back() -> None:
     '{"table": "memories", "row": []}',
     '{"end": true}',
     "[]",
+    # A damaged trailer was "ValueError: invalid literal for int()", with no line.
+    '{"end": true, "rows": {"memories": "x"}}',
+    '{"end": true, "rows": null}',
+    '{"end": true, "rows": {"memories": true}}',
+    '{"end": true, "rows": {"memories": -1}}',
+    '{"end": true, "rows": {"memories": 1.5}}',
 ])
 def test_a_line_that_is_not_a_row_is_refused_with_its_number(line: str) -> None:
     with pytest.raises(TransferError, match="line 9 of the export"):
