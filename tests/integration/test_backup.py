@@ -7,6 +7,7 @@ contents into another."""
 from __future__ import annotations
 
 import asyncio
+import stat
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -113,6 +114,8 @@ async def test_a_backup_restored_into_another_database_replaces_what_it_held(
             revision = await conn.scalar(text("SELECT version_num FROM alembic_version"))
 
     assert saved.returncode == 0, saved.stderr
+    # Its owner's alone (it was 0644): it holds every tenant's memories.
+    assert stat.S_IMODE(archive.stat().st_mode) == 0o600
     # Two tenants: `default`, which every database has, and the test's.
     assert saved.stdout.startswith(f"backed up 3 memories and 1 sessions of 2 tenants at "
                                    f"schema {head_revision()} to {archive} (")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import stat
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -147,6 +148,8 @@ async def test_a_tenant_moved_to_another_database_is_there_row_for_row(
         listed = await cli(url_of(target), "tenants", "list")
 
     assert exported.returncode == 0, exported.stderr
+    # Its owner's alone (it was 0644): it holds the tenant's memories.
+    assert stat.S_IMODE(file.stat().st_mode) == 0o600
     assert exported.stdout.startswith(
         f"exported tenant {source.name!r}: 7 memories (1 earlier states), 1 sessions "
         f"(2 turns), 1 consolidation runs, 1 keys to {file} (")
