@@ -18,7 +18,7 @@ from sqlalchemy import func, select
 
 from app.consolidation.composite import GroupOutcome
 from app.consolidation.config import SimilarityClusterConfig
-from app.consolidation.executor import GroupExecutor, planned_group
+from app.consolidation.executor import GroupExecutor, planned_group, previewed_group
 from app.consolidation.locks import ScopeLock, run_lock_key
 from app.consolidation.registry import Composition
 from app.consolidation.repository import (
@@ -201,6 +201,13 @@ class ConsolidationRunner:
         }
         timings = {"candidates_ms": _ms(selected - started), "plan_ms": _ms(planned - selected)}
         if request.dry_run:
+            if not composition.requires_llm:
+                # Cheap and deterministic: the plan then says what the run would fold.
+                async def preview(index: int, outcome: GroupOutcome) -> None:
+                    records[index] = previewed_group(outcome, request.mode)
+
+                await composition.composite.summarize(groups, OpContext(llm=None), preview)
+                progress["groups"] = [r.model_dump(mode="json") for r in records]
             return await self._finish_with(tx, run_id, {
                 **progress, "status": "planned", "timings": timings,
                 "finished_at": func.now()})

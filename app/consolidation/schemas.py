@@ -123,7 +123,8 @@ class ConsolidationGroup(BaseModel):
     summary_id: uuid.UUID | None = Field(description="The summary written; null until then.")
     removed_ids: list[uuid.UUID] = Field(
         description="Sources moved out of the active set (archive mode); in a dry run, "
-        "those that would be."
+        "those that would be: exactly, for an op that needs no LLM (it is run); for an LLM "
+        "op, every source of the group, of which the run may fold fewer."
     )
     folded_ids: list[uuid.UUID] = Field(
         default_factory=list,

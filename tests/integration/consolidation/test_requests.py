@@ -12,6 +12,7 @@ import pytest
 
 from app.resources import Resources
 from tests.conftest import TenantKey, make_client, sample
+from tests.fakes.llm_server import FakeLLMServer
 from tests.integration.consolidation.conftest import (
     BASE_TIME,
     consolidate,
@@ -211,8 +212,8 @@ async def test_a_dry_run_reports_the_plan_and_changes_nothing(
     assert result["groups"] == [{
         "category": "general", "kept_id": ids[3], "summary_id": None,
         "scope": {"user_id": "u1", "agent_id": None, "session_id": None, "namespace": None},
-        "removed_ids": ids[:3], "folded_ids": ids[:3], "mode": None, "outcome": "planned",
-        "error": None, "detail": None,
+        "removed_ids": ids[:3], "folded_ids": ids[:3], "mode": "concatenate",
+        "outcome": "planned", "error": None, "detail": None,
     }]
     assert (result["consolidated"], result["created"], result["deleted"]) == (0, 0, 0)
     assert result["progress"] == {"groups_done": 0, "groups_total": 1}
@@ -299,3 +300,38 @@ async def test_a_selector_across_categories_folds_small_categories_together(
     assert across["candidates"] == 3
     [group] = across["groups"]
     assert sorted([group["kept_id"], *group["removed_ids"]]) == sorted(ids)
+
+
+async def test_a_dry_run_says_what_an_ops_length_limit_leaves_for_the_next_run(
+    client: httpx.AsyncClient,
+) -> None:
+    """Found by an exploratory probe: the dry run listed the whole group as removed (29),
+    while the run, its summary capped, folded 13."""
+    await seed(client, [memory(f"note {i}: " + "word " * 60, i) for i in range(12)])
+    op = {"name": "concatenate", "max_chars": 1000}
+
+    plan = await consolidate(client, user_id="u1", dry_run=True, op=op)
+    run = await consolidate(client, user_id="u1", op=op)
+
+    [planned], [done] = plan["groups"], run["groups"]
+    assert 0 < len(done["removed_ids"]) < 11
+    assert planned["removed_ids"] == done["removed_ids"]
+    assert planned["folded_ids"] == done["folded_ids"]
+    assert (planned["mode"], planned["outcome"]) == ("concatenate", "planned")
+    assert plan["consolidated"] == 0
+
+
+async def test_a_dry_run_with_an_llm_op_lists_the_whole_group(
+    llm_client: httpx.AsyncClient, llm_server: FakeLLMServer,
+) -> None:
+    # Its LLM is never called (a dry run costs nothing): what it would fold is unknown.
+    ids = await seed(llm_client, [memory(f"note {i}", i) for i in range(4)])
+
+    plan = await consolidate(llm_client, user_id="u1", dry_run=True,
+                             op={"name": "llm_synthesis"})
+
+    [planned] = plan["groups"]
+    assert planned["mode"] is None
+    assert planned["removed_ids"] == ids[:3]
+    assert llm_server.requests == []
+
