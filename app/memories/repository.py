@@ -114,7 +114,6 @@ expired AS MATERIALIZED (
     SELECT id FROM memories
     WHERE tenant_id = :t AND user_id = :u AND expires_at IS NOT NULL
       AND archived_at IS NULL AND expires_at <= now()
-      AND id <> ALL(CAST(:keep AS uuid[]))
     LIMIT (SELECT n FROM past) FOR UPDATE),
 ranked AS MATERIALIZED (
     SELECT id FROM memories
@@ -202,7 +201,9 @@ class MemoryRepository:
 
     async def evict_past_cap(self, user_id: str, cap: int, keep: Sequence[uuid.UUID]) -> int:
         """Archive as many of the user's active memories as it holds past `cap`, expired
-        ones first, then by (importance, created_at, id), never those in `keep`; how many.
+        ones first (those in `keep` too: a write that was expired when it arrived took a
+        live memory's place), then by (importance, created_at, id), never those in
+        `keep`; how many.
         Holds the user's lock until the transaction ends, so the next write of the user
         counts after this one's change."""
         await self.session.execute(_LOCK_USER, {"lock": f"{self.tenant_id}/{user_id}"})

@@ -103,6 +103,28 @@ async def test_expired_memories_go_before_live_ones(
     assert archived is not None
 
 
+@pytest.mark.parametrize("batch", [False, True])
+async def test_a_write_expired_on_arrival_takes_no_live_memorys_place(
+    capped: Resources, tenant: TenantKey, batch: bool,
+) -> None:
+    """Found by an exploratory probe: the written memory was never the one to go, so a
+    write already expired (no reader ever sees it) archived an important live one."""
+    async with make_client(capped, tenant.headers) as client:
+        for i in range(3):
+            await write(client, f"important fact {i}", user_id="u", importance=0.9)
+        stale = {"content": "stale note", "user_id": "u", "importance": 0.0,
+                 "expires_at": "2020-01-01T00:00:00Z"}
+        if batch:
+            made = await client.post("/v1/memories/batch", json={"items": [stale]})
+        else:
+            made = await client.post("/v1/memories", json=stale)
+        live = await active(client, user_id="u")
+
+    assert made.status_code == 201, made.text
+    assert live == ["important fact 0", "important fact 1", "important fact 2"]
+    await assert_consistent(capped, tenant.tenant_id)
+
+
 async def test_a_batch_that_cannot_fit_is_refused_whole(
     capped: Resources, tenant: TenantKey,
 ) -> None:
