@@ -121,6 +121,9 @@ BAD_CREATE_BODIES = [
                  id="metadata-number-of-309-digits"),
     pytest.param({"content": "x", "metadata": {"v": 5e-324}}, "metadata",
                  id="metadata-number-of-324-decimals"),
+    # Taken whole before (JavaScript reads it as Infinity).
+    pytest.param({"content": "x", "metadata": {"v": 10**41}}, "metadata",
+                 id="metadata-integer-of-42-digits"),
     pytest.param({"content": "x", "namespace": "\t\n"}, "namespace", id="blank-namespace"),
     pytest.param({"content": "x", "source": "summary"}, "source", id="source-summary-reserved"),
     pytest.param({"content": "x", "source": " summary "}, "source",
@@ -736,3 +739,22 @@ async def test_metadata_numbers_within_the_bound_read_back_equal(
     # And it goes back as read: a PATCH of what a GET gave is within the bounds.
     again = await client.patch(f"/v1/memories/{read['id']}", json={"metadata": read["metadata"]})
     assert again.status_code == 200, again.text
+
+
+async def test_metadata_is_measured_as_compact_json(client: httpx.AsyncClient) -> None:
+    """Found by an exploratory probe: the bound was measured with a space after every
+    comma and colon, so 1,500 keys of 15,001 bytes of compact JSON were refused as
+    18,000."""
+    metadata = {f"k{i:04d}": 1 for i in range(1500)}
+    assert len(json.dumps(metadata, separators=(",", ":")).encode()) == 15_001
+
+    made = await client.post("/v1/memories", json={"content": "x", "metadata": metadata})
+
+    assert made.status_code == 201, made.text
+    assert made.json()["metadata"] == metadata
+    # And a 40-digit integer is still a number it takes.
+    big = await client.post("/v1/memories", json={"content": "y",
+                                                  "metadata": {"v": 10**39}})
+    assert big.status_code == 201, big.text
+    assert big.json()["metadata"] == {"v": 10**39}
+
