@@ -6,6 +6,7 @@ from typing import Annotated, Any
 from urllib.parse import unquote, unquote_to_bytes
 
 from fastapi import Depends, Request
+from fastapi.dependencies.models import Dependant
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth import Caller, current_caller
@@ -20,8 +21,36 @@ async def check_params(request: Request) -> None:
     """The checks of every /v1 request's parameters, as one dependency of every /v1
     router (each dependency costs FastAPI ~9 us a request); `async` so that FastAPI runs
     it on the event loop, not on a worker thread (a hand-off per request)."""
+    refuse_undecodable_params(request)  # the path's too
+    if not request.scope.get("query_string"):
+        return  # most requests (a search, a create) have none
     refuse_repeated_params(request)
-    refuse_undecodable_params(request)
+    refuse_params_where_none_are_taken(request)
+
+
+# Whether a route declares any query parameter, kept on the route (routes are not
+# hashable) once read.
+_TAKES_QUERY = "engram_takes_query"
+
+
+def refuse_params_where_none_are_taken(request: Request) -> None:
+    """A route that takes no query parameter refuses any: `DELETE /v1/memories/{id}
+    ?user_id=alice` deleted Bob's memory, its would-be guard silently ignored. Routes that
+    take some check theirs (`refuse_unknown_params`)."""
+    route = request.scope.get("route")
+    if route is None:
+        return
+    takes = getattr(route, _TAKES_QUERY, None)
+    if takes is None:
+        takes = _declares_query(route.dependant)
+        setattr(route, _TAKES_QUERY, takes)
+    if not takes:
+        refuse_unknown_params(request, frozenset())
+
+
+def _declares_query(dependant: Dependant) -> bool:
+    return bool(dependant.query_params) or any(
+        _declares_query(sub) for sub in dependant.dependencies)
 
 
 def refuse_repeated_params(request: Request) -> None:
@@ -100,8 +129,8 @@ def _is_array(schema: dict[str, Any]) -> bool:
 
 
 def refuse_unknown_params(request: Request, known: frozenset[str]) -> None:
-    """A list's query string may hold only its own filters: a misspelt one would otherwise
-    be ignored and answer the unfiltered list."""
+    """A query string may hold only the route's own parameters: a misspelt filter would
+    otherwise be ignored and answer the unfiltered list."""
     unknown = sorted(set(request.query_params) - known)
     if unknown:
         raise ValidationFailed.on(f"query.{unknown[0]}", "is not a known parameter")
