@@ -167,12 +167,22 @@ REQUEST_ID_HEADER = {
     "description": "The request's id: the one it sent (1-128 letters, digits and `._:-`), "
                    "else a new one. Log lines and problem bodies (`request_id`) carry it.",
     "schema": {"type": "string", "maxLength": 128},
+    "required": True,
+}
+
+
+REPLAYED_HEADER = {
+    "description": "`true` when this is the stored answer of an earlier request with the "
+                   "same Idempotency-Key (app/idempotency); absent otherwise.",
+    "schema": {"type": "string", "enum": ["true"]},
+    "required": False,
 }
 
 
 def _declare_problem_schema(app: FastAPI) -> None:
     """Make `Problem` a named component even for routes that only reference it by $ref,
-    and declare the `X-Request-ID` header (app/service/request_id.py) on every answer."""
+    declare the `X-Request-ID` header (app/service/request_id.py) on every answer, and
+    `Idempotent-Replayed` on the successes of every operation that takes a key."""
     original = app.openapi
 
     def openapi() -> dict[str, object]:
@@ -184,11 +194,17 @@ def _declare_problem_schema(app: FastAPI) -> None:
             schemas.update(problem.pop("$defs", {}))
             schemas["Problem"] = problem
             components.setdefault("headers", {})["X-Request-ID"] = REQUEST_ID_HEADER
+            components["headers"]["Idempotent-Replayed"] = REPLAYED_HEADER
             for operations in schema.get("paths", {}).values():
                 for operation in operations.values():
-                    for response in operation.get("responses", {}).values():
-                        response.setdefault("headers", {})["X-Request-ID"] = {
-                            "$ref": "#/components/headers/X-Request-ID"}
+                    keyed = any(p.get("in") == "header" and p.get("name") == "Idempotency-Key"
+                                for p in operation.get("parameters", ()))
+                    for status, response in operation.get("responses", {}).items():
+                        headers = response.setdefault("headers", {})
+                        headers["X-Request-ID"] = {"$ref": "#/components/headers/X-Request-ID"}
+                        if keyed and str(status).startswith("2"):
+                            headers["Idempotent-Replayed"] = {
+                                "$ref": "#/components/headers/Idempotent-Replayed"}
             app.openapi_schema = schema
         return app.openapi_schema
 

@@ -308,12 +308,32 @@ async def test_every_response_declares_the_request_id_header(
     """As the service sends it (app/service/request_id.py): on every answer, errors too."""
     header = document["components"]["headers"]["X-Request-ID"]
     assert header["schema"] == {"type": "string", "maxLength": 128}
+    assert header["required"] is True
     for operation_id, (_, _, op) in operations(document).items():
         for status, resp in op["responses"].items():
             assert resp["headers"]["X-Request-ID"] == {
                 "$ref": "#/components/headers/X-Request-ID"}, (operation_id, status)
     answered = await client.get("/v1/memories", headers={"X-Request-ID": "r" * 128})
     assert answered.headers["x-request-id"] == "r" * 128
+
+
+async def test_a_keyed_operations_success_declares_the_replay_header(
+    client: httpx.AsyncClient, document: dict[str, Any],
+) -> None:
+    """The README promised `Idempotent-Replayed: true`, which no answer declared (found by
+    an exploratory probe)."""
+    declared = sorted(
+        (operation_id, status) for operation_id, (_, _, op) in operations(document).items()
+        for status, resp in op["responses"].items()
+        if "Idempotent-Replayed" in resp.get("headers", {}))
+    assert declared == [("appendTurn", "201"), ("createMemories", "201"),
+                        ("createMemory", "201")]
+    first = await client.post("/v1/memories", json={"content": "x"},
+                              headers={"Idempotency-Key": "replayed-1"})
+    again = await client.post("/v1/memories", json={"content": "x"},
+                              headers={"Idempotency-Key": "replayed-1"})
+    assert "idempotent-replayed" not in first.headers
+    assert again.headers["idempotent-replayed"] == "true"
 
 
 @pytest.mark.parametrize("operation_id", sorted(IMPLEMENTED))
