@@ -161,6 +161,14 @@ def not_blank(value: str) -> str:
     return value
 
 
+def not_empty(value: str) -> str:
+    # After stripping: pydantic's own min_length said "String should have at least 1
+    # character" of a string of three spaces.
+    if not value:
+        raise ValueError("must not be blank (white space only)")
+    return value
+
+
 class _DeclaredNotBlank:
     """States in the JSON Schema that a blank value is refused; the check itself stays
     `not_blank`'s (scope ids) or stripping's and min_length's (content, tags, categories),
@@ -177,8 +185,8 @@ class _DeclaredNotBlank:
 Text = Annotated[str, AfterValidator(storable_text)]
 Content = Annotated[
     str,
-    StringConstraints(strip_whitespace=True, min_length=1, max_length=32768),
-    AfterValidator(storable_text), _DeclaredNotBlank(),
+    StringConstraints(strip_whitespace=True, max_length=32768),
+    AfterValidator(not_empty), AfterValidator(storable_text), _DeclaredNotBlank(),
 ]
 
 
@@ -186,10 +194,11 @@ ScopeId = Annotated[str, StringConstraints(min_length=1, max_length=255),
                     AfterValidator(storable_text), AfterValidator(not_blank),
                     _DeclaredNotBlank()]
 # Blank once stripped is refused: declared, as for scope ids, so a client knows.
-Category = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100),
-                     AfterValidator(storable_text), _DeclaredNotBlank()]
-Tag = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100),
-                AfterValidator(storable_text), _DeclaredNotBlank()]
+Category = Annotated[str, StringConstraints(strip_whitespace=True, max_length=100),
+                     AfterValidator(not_empty), AfterValidator(storable_text),
+                     _DeclaredNotBlank()]
+Tag = Annotated[str, StringConstraints(strip_whitespace=True, max_length=100),
+                AfterValidator(not_empty), AfterValidator(storable_text), _DeclaredNotBlank()]
 TagList = Annotated[list[Tag], Field(max_length=64), AfterValidator(dedupe)]
 CategoryList = Annotated[list[Category], Field(min_length=1, max_length=64)]
 # The limits are enforced by `client_metadata`; JSON Schema cannot state a byte size or a

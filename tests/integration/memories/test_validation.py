@@ -758,3 +758,19 @@ async def test_metadata_is_measured_as_compact_json(client: httpx.AsyncClient) -
     assert big.status_code == 201, big.text
     assert big.json()["metadata"] == {"v": 10**39}
 
+
+
+@pytest.mark.parametrize(("payload", "field"), [
+    ({"content": "   "}, "content"),
+    ({"content": "x", "tags": ["ok", " \t "]}, "tags.1"),
+    ({"content": "x", "category": "\u3000"}, "category"),
+])
+async def test_blank_text_is_said_to_be_blank(
+    client: httpx.AsyncClient, payload: dict[str, Any], field: str,
+) -> None:
+    # It was "String should have at least 1 character", of a string of three.
+    resp = await client.post("/v1/memories", json=payload)
+
+    assert_validation_problem(resp, field)
+    assert resp.json()["errors"][0]["message"] == "must not be blank (white space only)"
+    await assert_nothing_written(client)
