@@ -32,6 +32,7 @@ from app.service.shutdown import (
     ShutdownCutMiddleware,
     ShutdownSignal,
 )
+from app.service.write_deadline import WriteDeadlineMiddleware
 from app.sessions.router import router as sessions_router
 from app.settings import Settings
 from app.worker.lifecycle import WORKER_GRACE_SECONDS, start_background_work
@@ -147,7 +148,10 @@ def create_app(settings: Settings | None = None, resources: Resources | None = N
     # a request still waiting for a slot when the shutdown cuts it is answered too (it
     # got uvicorn's bare 500 and a traceback).
     # Inside the admission's layer: a request's key and its tenant's limits are settled
-    # in the slot it took, before its body is read.
+    # in the slot it took, before its body is read; and a large answer keeps the slot
+    # while it goes out.
+    app.add_middleware(WriteDeadlineMiddleware,
+                       timeout_seconds=settings.response_write_timeout_seconds)
     app.add_middleware(CallerGateMiddleware)
     app.add_middleware(AdmissionMiddleware, limit=settings.max_concurrent_requests,
                        wait_seconds=settings.request_queue_seconds)

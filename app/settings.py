@@ -70,6 +70,9 @@ class Settings(BaseSettings):
     # wanted; past it the request answers 408 and its slot is free again (uvicorn has no
     # such timeout: a client sending a byte a minute held a slot for ever). 0: no bound.
     request_body_timeout_seconds: float = Field(default=60.0, ge=0, le=3600)
+    # How long a client may read nothing of a large answer before its connection is closed
+    # (app/service/write_deadline.py). 0: no bound.
+    response_write_timeout_seconds: float = Field(default=60.0, ge=0, le=3600)
 
     # Database pool. Two cores serve HTTP, the model and PostgreSQL, so a small
     # pool is enough; more connections only queue inside PostgreSQL. The search's own
