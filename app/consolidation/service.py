@@ -148,9 +148,12 @@ class ConsolidationService:
         # with the rest, as its sources come back.
         later = await self.repository.summary_folding(summary_ids) if summary_ids else None
         if later is not None:
+            # Reverting that run is not always possible (a synthesize_only one): deleting
+            # the later summary always is.
             raise Conflict(f"summary {later.summary_id} of this run has since been folded "
                            f"into summary {later.by_summary} by run {later.by_run}; revert "
-                           "that run first")
+                           f"that run first, or delete that summary (DELETE /v1/memories/"
+                           f"{later.by_summary}) to revert this one all the same")
         await self.repository.delete_summaries(summary_ids, run_id)
         await self.repository.restore(removed, run_id)
         values: dict[str, Any] = {"reverted_at": func.now()}

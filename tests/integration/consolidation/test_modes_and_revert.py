@@ -122,6 +122,31 @@ async def test_revert_is_refused_once_a_summary_was_consolidated_again(
     assert len(await active_ids(client, user_id="u1")) == 7
 
 
+async def test_a_summary_folded_by_a_run_that_cannot_be_reverted_is_deleted_instead(
+    client: httpx.AsyncClient,
+) -> None:
+    """Found by an exploratory probe: the 409 said to revert the later run first, which,
+    synthesize_only, answered 409 itself; deleting its summary, the way out, went unsaid."""
+    await seed(client, [memory(f"note {i}", i) for i in range(4)])
+    first = await consolidate(client, user_id="u1")
+    await seed(client, [memory(f"later {i}", 10 + i, importance=0.9 if i == 0 else 0.5)
+                        for i in range(3)])
+    second = await consolidate(client, user_id="u1", include_summaries=True,
+                               mode="synthesize_only")
+    later = second["groups"][0]["summary_id"]
+
+    refused = await client.post(f"/v1/consolidations/{first['id']}/revert")
+    dead_end = await client.post(f"/v1/consolidations/{second['id']}/revert")
+
+    assert refused.status_code == 409
+    assert f"or delete that summary (DELETE /v1/memories/{later})" in \
+        refused.json()["detail"]
+    assert dead_end.status_code == 409
+    assert (await client.delete(f"/v1/memories/{later}")).status_code == 204
+    assert (await client.post(f"/v1/consolidations/{first['id']}/revert")).status_code == 200
+    assert len(await active_ids(client, user_id="u1")) == 7
+
+
 async def test_revert_is_refused_while_a_summary_holds_a_clients_edit(
     client: httpx.AsyncClient,
 ) -> None:
