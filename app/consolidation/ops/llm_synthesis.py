@@ -46,12 +46,17 @@ class LLMSynthesis:
             return self._fallback(to_remove, context, exc.code)
         except TimeoutError:
             return self._fallback(to_remove, context, "llm_timeout")
-        text = clip(clean_llm_text(answer), min(self.max_chars, context.max_summary_chars))
+        cleaned = clean_llm_text(answer)
+        limit = min(self.max_chars, context.max_summary_chars)
+        text = clip(cleaned, limit)
         if not text:
             return self._fallback(to_remove, context, "llm_empty_answer")
-        return OpResult(
-            summary=text, represented_ids=tuple(e.id for e in included), mode="llm_synthesis"
-        )
+        # Every source is still represented, but what the LLM wrote past the limit is
+        # not kept: say so, as a fallback says why it fell back.
+        cut = f"llm_answer_cut: {len(cleaned)} characters cut to {len(text)}" \
+            if text != cleaned else None
+        return OpResult(summary=text, represented_ids=tuple(e.id for e in included),
+                        mode="llm_synthesis", detail=cut)
 
     def _prompt(self, to_remove: Sequence[Entry], category: str) -> tuple[list[Entry], str]:
         ordered = sorted(to_remove, key=chronological)

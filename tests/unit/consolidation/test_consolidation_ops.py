@@ -244,6 +244,20 @@ async def test_llm_synthesis_sends_one_prompt_and_keeps_the_answer() -> None:
     assert (result.mode, result.detail) == ("llm_synthesis", None)
 
 
+async def test_an_llm_answer_past_the_limit_is_cut_and_said_to_be() -> None:
+    # Found by an exploratory probe: a 10,000-character answer was kept as its first
+    # 4,000 with `detail: null`, nothing saying the rest was dropped.
+    llm = FakeLLM.scripted(["word " * 2000])
+
+    result = await LLMSynthesis(max_chars=4000).consolidate(GROUP, "travel",
+                                                            OpContext(llm=llm))
+
+    assert len(result.summary) <= 4000
+    assert result.represented_ids == uid(1, 2, 3, 4)
+    assert result.mode == "llm_synthesis"
+    assert result.detail == f"llm_answer_cut: 9999 characters cut to {len(result.summary)}"
+
+
 async def test_llm_synthesis_prompt_cap_represents_only_the_entries_that_fit() -> None:
     llm = FakeLLM.scripted(["Alice moved to Berlin and likes green tea."])
     # Room for the header (sized for 4) and the first two bullets only.
