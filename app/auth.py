@@ -73,15 +73,15 @@ async def _admitted_caller(request: Request) -> Caller:
 
 async def _key_owner(request: Request,
                      credentials: HTTPAuthorizationCredentials | None) -> KeyOwner:
+    if len(request.headers.getlist("authorization")) > 1:
+        # A proxy in front may check one and the service act on another.
+        raise Unauthorized("more than one `Authorization` header; send exactly one")
     if credentials is None or not credentials.credentials:
         given = request.headers.get("authorization", "").strip()
         if given and given.partition(" ")[0].lower() != "bearer":
             raise Unauthorized("the `Authorization` header's scheme is not Bearer; send "
                                "`Authorization: Bearer <api key>`")
         raise Unauthorized("missing `Authorization: Bearer <api key>` header")
-    if len(request.headers.getlist("authorization")) > 1:
-        # A proxy in front may check one and the service act on another.
-        raise Unauthorized("more than one `Authorization` header; send exactly one")
     # One statement on the read pool, outside any transaction: through a session of its
     # own it cost ~2 ms more per request (bench/auth.py), and the request's session, if it
     # has one, must not hold a connection while the request embeds text.

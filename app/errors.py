@@ -308,7 +308,7 @@ _ASYNCPG_UNAVAILABLE = (
 
 # Every error a database call raises (SQLAlchemy's and asyncpg's, the pool's wait, a
 # socket's): those `_unexpected_problem` tells apart, and the others, a bug's, answered 500.
-_DATABASE_FAILURES: tuple[type[Exception], ...] = (
+DATABASE_FAILURES: tuple[type[Exception], ...] = (
     DBAPIError, PoolTimeout, asyncpg.PostgresError, asyncpg.InterfaceError, OSError,
 )
 
@@ -321,6 +321,31 @@ def _is_connection_failure(exc: BaseException) -> bool:
     if isinstance(exc, DBAPIError) and exc.connection_invalidated:
         return True
     return isinstance(exc, OSError | ConnectionError)
+
+
+async def unexpected_problem(request: Request, exc: Exception) -> JSONResponse:
+    """The answer to an error no handler of its own took: a database's failure as the
+    503 it is (a timeout, no connection free, the server unreachable), else a 500."""
+    if isinstance(exc, PoolTimeout):  # the engine's pool (the asyncpg ones raise DatabaseBusy)
+        log.warning("no database connection free during %s %s: %s", request.method,
+                    request.url.path, exc)
+        return app_error_response(pool_wait_expired(
+            request.app.state.resources.settings.db_pool_timeout_seconds))
+    cut = _statement_cut(
+        exc, request.app.state.resources.settings.db_statement_timeout_seconds)
+    if cut is not None:
+        log.warning("database statement cut during %s %s (%s: %s)",
+                    request.method, request.url.path, type(exc).__name__, exc)
+        return app_error_response(cut)
+    if _is_connection_failure(exc):
+        log.warning("database unreachable during %s %s: %s", request.method,
+                    request.url.path, exc)
+        return app_error_response(DatabaseUnavailable(
+            "the database could not be reached; retry later"))
+    log.exception("unhandled error during %s %s", request.method, request.url.path)
+    return problem_response(
+        500, "internal_error", "Internal error", "an unexpected error occurred"
+    )
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -363,36 +388,14 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         # Starlette runs this handler outside every middleware, so the request id's
         # header is added here.
-        response = await _unexpected_problem(request, exc)
+        response = await unexpected_problem(request, exc)
         if (rid := request_id.current()) is not None:
             response.headers[request_id.HEADER] = rid
         return response
-
-    async def _unexpected_problem(request: Request, exc: Exception) -> JSONResponse:
-        if isinstance(exc, PoolTimeout):  # the engine's pool (the asyncpg ones raise DatabaseBusy)
-            log.warning("no database connection free during %s %s: %s", request.method,
-                        request.url.path, exc)
-            return await _app_error(request, pool_wait_expired(
-                request.app.state.resources.settings.db_pool_timeout_seconds))
-        cut = _statement_cut(
-            exc, request.app.state.resources.settings.db_statement_timeout_seconds)
-        if cut is not None:
-            log.warning("database statement cut during %s %s (%s: %s)",
-                        request.method, request.url.path, type(exc).__name__, exc)
-            return await _app_error(request, cut)
-        if _is_connection_failure(exc):
-            log.warning("database unreachable during %s %s: %s", request.method,
-                        request.url.path, exc)
-            return await _app_error(request, DatabaseUnavailable(
-                "the database could not be reached; retry later"))
-        log.exception("unhandled error during %s %s", request.method, request.url.path)
-        return problem_response(
-            500, "internal_error", "Internal error", "an unexpected error occurred"
-        )
 
     # The database's failures, answered inside the middleware: the handler for Exception
     # answers from outside them all and then raises the error again, so the metrics
     # counted an outage's 503s as 500s and uvicorn logged each with a traceback at ERROR.
     # A failure raised in a middleware itself still reaches `_unexpected`.
-    for failure in _DATABASE_FAILURES:
-        app.add_exception_handler(failure, _unexpected_problem)
+    for failure in DATABASE_FAILURES:
+        app.add_exception_handler(failure, unexpected_problem)

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.auth import settle_caller
-from app.errors import AppError, app_error_response
+from app.errors import DATABASE_FAILURES, AppError, app_error_response, unexpected_problem
 
 API_PREFIX = "/v1/"
 
@@ -28,9 +28,16 @@ class CallerGateMiddleware:
         if scope["type"] != "http" or not scope["path"].startswith(API_PREFIX):
             await self.app(scope, receive, send)
             return
+        request = Request(scope)
         try:
-            await settle_caller(Request(scope))
+            await settle_caller(request)
         except AppError as exc:
             await app_error_response(exc)(scope, receive, send)
+            return
+        except DATABASE_FAILURES as exc:
+            # The key's lookup met the database down or slow: the 503 the routes answer.
+            # Raised on from here it reached only Starlette's outermost handler, which
+            # answers and raises again: counted a 500, logged with a traceback.
+            await (await unexpected_problem(request, exc))(scope, receive, send)
             return
         await self.app(scope, receive, send)

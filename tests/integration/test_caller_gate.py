@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from app.main import create_app
 from app.resources import Resources
-from tests.conftest import TenantKey, count_memories, reconfigured
+from tests.conftest import TenantKey, count_memories, make_client, reconfigured, sample
 
 PATH = "/v1/memories"
 
@@ -144,3 +146,24 @@ async def test_a_body_that_does_not_arrive_in_time_is_408_and_writes_nothing(
     await asyncio.gather(*(call(app, t.headers, b)
                            for t, b in zip((tenant, other_tenant), admitted, strict=True)))
     assert [b.status for b in admitted] == [408, 408]
+
+
+async def test_a_database_failure_while_the_key_is_checked_is_a_503_not_a_500(
+    bounded: Resources, tenant: TenantKey, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Found by an exploratory probe (a regression of the gate): the key's lookup raised
+    past the routes' handlers, so an outage's 503s were counted as 500s and logged each
+    with a traceback at ERROR."""
+    labels = {"method": "GET", "route": "/v1/memories", "status": "503"}
+    before = sample("engram_http_requests_total", **labels)
+    async with bounded.engine.connect() as locker:
+        await locker.execute(text("LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE"))
+        with caplog.at_level(logging.WARNING):
+            async with make_client(bounded, tenant.headers) as client:
+                answered = await client.get("/v1/memories")
+        await locker.rollback()
+
+    assert answered.status_code == 503, answered.text
+    assert answered.json()["type"].endswith("/database_timeout")
+    assert sample("engram_http_requests_total", **labels) == before + 1
+    assert not [r for r in caplog.records if r.exc_info is not None]
