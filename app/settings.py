@@ -66,9 +66,10 @@ class Settings(BaseSettings):
     # the process hold gigabytes. A batch of 1,000 memories of 32,768 ASCII characters
     # and 16 KiB of metadata each is ~48 MiB. 0: no bound.
     max_body_mb: int = Field(default=64, ge=0, le=100_000)
-    # How long a request's body may take to arrive, from the request's first byte of body
-    # wanted; past it the request answers 408 and its slot is free again (uvicorn has no
-    # such timeout: a client sending a byte a minute held a slot for ever). 0: no bound.
+    # How long a request's body may take to arrive, from the route's first read, plus a
+    # second per 64 KiB come (app/service/body_limit.py); past it the request answers 408
+    # and its slot is free again (uvicorn has no such timeout: a client sending a byte a
+    # minute held a slot for ever). 0: no bound.
     request_body_timeout_seconds: float = Field(default=60.0, ge=0, le=3600)
     # How long a client may read nothing of a large answer before its connection is closed
     # (app/service/write_deadline.py). 0: no bound.

@@ -10,10 +10,12 @@ own 413 problem+json, with the request's id and in the metrics: the layer sits i
 them (FastAPI's own `max_body_size` answers outside every middleware, in another shape).
 
 A body still incomplete when its time is up is a 408: uvicorn waits for a body for ever,
-so a client sending a byte now and then held its slot for as long as it liked. The clock
-starts at the route's first read, not at the connection, so a wait for a slot does not
-count; once the body is whole the reads (a listen for the client's disconnect) are not
-timed.
+so a client sending a byte now and then held its slot for as long as it liked. The time
+is the timeout plus a second for every MIN_RATE bytes come so far, so an upload that
+keeps coming at a modest rate is never cut (a fixed 60 s cut a 63 MiB batch sent at
+0.9 MiB/s) while a trickle is. The clock starts at the route's first read, not at the
+connection, so a wait for a slot does not count; once the body is whole the reads (a
+listen for the client's disconnect) are not timed.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.errors import problem_response
+
+# The slowest steady upload that always arrives: a second more for each 64 KiB come.
+MIN_RATE = 64 * 1024
 
 
 class BodyLimitMiddleware:
@@ -48,24 +53,25 @@ class BodyLimitMiddleware:
             return
         received = 0
         whole = False
-        deadline: float | None = None
+        started: float | None = None
 
         async def counted() -> Message:
-            nonlocal received, whole, deadline
+            nonlocal received, whole, started
             if whole or not self.timeout_seconds:
                 message = await receive()
             else:
-                loop = asyncio.get_running_loop()
-                if deadline is None:
-                    deadline = loop.time() + self.timeout_seconds
+                if started is None:
+                    started = asyncio.get_running_loop().time()
+                deadline = started + self.timeout_seconds + received / MIN_RATE
                 try:
                     async with asyncio.timeout_at(deadline):
                         message = await receive()
                 except TimeoutError:
                     # Raised inside the route's read of the body, as the 413 below.
                     raise HTTPException(408, detail=(
-                        f"the request body did not arrive within {self.timeout_seconds:g} s "
-                        "(ENGRAM_REQUEST_BODY_TIMEOUT_SECONDS)"),
+                        f"the request body did not arrive in time ({received} bytes in "
+                        f"{self.timeout_seconds:g} s and one more second per "
+                        f"{MIN_RATE // 1024} KiB come; ENGRAM_REQUEST_BODY_TIMEOUT_SECONDS)"),
                         headers={"Connection": "close"}) from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
@@ -73,7 +79,9 @@ class BodyLimitMiddleware:
                 if self.max_bytes and received > self.max_bytes:
                     # Raised inside the route's read of the body, so the service's
                     # exception handler answers it (app/errors.py).
-                    raise HTTPException(413, detail=self._detail())
+                    # Closed after: else uvicorn reads, and drops, the rest of the upload.
+                    raise HTTPException(413, detail=self._detail(),
+                                        headers={"Connection": "close"})
             return message
 
         await self.app(scope, counted, send)

@@ -167,3 +167,37 @@ async def test_a_database_failure_while_the_key_is_checked_is_a_503_not_a_500(
     assert answered.json()["type"].endswith("/database_timeout")
     assert sample("engram_http_requests_total", **labels) == before + 1
     assert not [r for r in caplog.records if r.exc_info is not None]
+
+
+async def test_a_steady_upload_past_the_timeout_is_not_cut(
+    one_in_flight: Resources, tenant: TenantKey,
+) -> None:
+    """Found by re-probing the gate: a fixed 60 s cut a 63 MiB batch arriving steadily at
+    0.9 MiB/s. Each 64 KiB come adds a second; this one (timeout 0.5 s) takes ~2.4 s at
+    ~107 KiB/s."""
+    body = json.dumps({"items": [{"content": f"{i} " + "x" * 30_000}
+                                 for i in range(8)]}).encode()
+    pieces = [body[i:i + 32 * 1024] for i in range(0, len(body), 32 * 1024)]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.sleep(0.3)
+        piece = pieces.pop(0)
+        return {"type": "http.request", "body": piece, "more_body": bool(pieces)}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    app = create_app(one_in_flight.settings, one_in_flight)
+    request = scope(tenant.headers) | {"path": "/v1/memories/batch",
+                                       "raw_path": b"/v1/memories/batch"}
+    request["headers"] = [h for h in request["headers"] if h[0] != b"content-length"] + [
+        (b"content-length", str(len(body)).encode())]
+    started = asyncio.get_running_loop().time()
+
+    await asyncio.wait_for(app(request, receive, send), 10)
+
+    [start] = [m for m in sent if m["type"] == "http.response.start"]
+    assert start["status"] == 201
+    assert asyncio.get_running_loop().time() - started > 2 * 0.5
+    assert await count_memories(one_in_flight, tenant) == 8
