@@ -59,6 +59,7 @@ def serve(settings: Settings) -> int:
     import uvicorn
 
     from app.main import create_app
+    from app.service.http_protocol import BoundedHeadProtocol
 
     log_format.configure(settings.log_level, settings.log_format)
     app = create_app(settings)
@@ -71,7 +72,7 @@ def serve(settings: Settings) -> int:
         timeout_graceful_shutdown=settings.shutdown_grace_seconds or None,
         timeout_keep_alive=settings.keep_alive_seconds,
         loop="uvloop",
-        http="httptools",
+        http=BoundedHeadProtocol,
         log_config=None,
     )
     signal: ShutdownSignal = app.state.shutdown_signal
