@@ -121,6 +121,10 @@ def render_metrics() -> tuple[bytes, str]:
     return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
 
 
+CLIENT_GONE = 499
+"""The status a request is counted under when its client left before it was answered."""
+
+
 class MetricsMiddleware:
     """Pure ASGI (no BaseHTTPMiddleware): it must not cost the hot path a task per request.
 
@@ -146,16 +150,28 @@ class MetricsMiddleware:
             return
         start = time.perf_counter()
         status = 500
+        started = gone = False
 
         async def send_wrapper(message: Message) -> None:
-            nonlocal status
+            nonlocal status, started
             if message["type"] == "http.response.start":
-                status = message["status"]
+                status, started = message["status"], True
             await send(message)
 
+        async def receive_wrapper() -> Message:
+            nonlocal gone
+            message = await receive()
+            if message["type"] == "http.disconnect" and not started:
+                gone = True
+            return message
+
         try:
-            await self.app(scope, receive, send_wrapper)
+            await self.app(scope, receive_wrapper, send_wrapper)
         finally:
+            if gone:
+                # The client left before an answer (mid-body, say): FastAPI answers that
+                # 400 to nobody, and dashboards read it as the client's bug. nginx's 499.
+                status = CLIENT_GONE
             # The route template, not the raw path, so ids do not explode label cardinality.
             route: Any = scope.get("route") or self._route_of(scope)
             name = getattr(route, "path", "unmatched")
