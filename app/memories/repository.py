@@ -11,10 +11,14 @@ from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import (
+    ARRAY,
     CursorResult,
     Result,
     Table,
     and_,
+    any_,
+    bindparam,
+    case,
     delete,
     func,
     insert,
@@ -25,9 +29,10 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy import inspect as sa_inspect
+from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from app.db import Fetcher, delete_in_batches, delete_in_statements, jsonb
+from app.db import Fetcher, delete_in_batches, jsonb
 from app.models import SCOPE_COLUMNS, Memory, MemoryVersion
 from app.models.vector import vector_text
 from app.search.term_stats import USER_KEY
@@ -185,6 +190,46 @@ class MemoryRepository:
         )
         return (await self.session.execute(stmt)).first() is not None
 
+    async def dissolve_summaries_of(self, gone: Sequence[uuid.UUID]) -> int:
+        """Delete every summary built from a memory of `gone` (deleted just now), or from
+        such a summary in turn, and bring back what each had archived: a deleted memory's
+        text must not live on in a summary that search keeps answering, and the other
+        memories the summary stood for are not lost with it. How many summaries went."""
+        dissolved: set[uuid.UUID] = set()
+        frontier = list(gone)
+        while frontier:
+            rows = (await self.session.execute(
+                select(Memory.id, Memory.consolidation_id, Memory.summary_of)
+                .where(Memory.tenant_id == self.tenant_id, Memory.fact_role == "summary",
+                       Memory.summary_of.op("&&")(_uuids(frontier)))
+                .with_for_update())).all()
+            if not rows:
+                break
+            ids = [r.id for r in rows]
+            await self.session.execute(delete(Memory).where(
+                Memory.tenant_id == self.tenant_id, Memory.id == any_(_uuids(ids))))
+            dissolved.update(ids)
+            left = set(gone) | dissolved
+            for row in rows:
+                sources = [i for i in row.summary_of if i not in left]
+                if sources:
+                    await self._unarchive(sources, row.consolidation_id)
+            frontier = ids
+        return len(dissolved)
+
+    async def _unarchive(self, ids: Sequence[uuid.UUID], run_id: uuid.UUID | None) -> None:
+        """As a revert of the run brings them back: the facts it archived (they carry its
+        id) and any prior summary it folded."""
+        await self.session.execute(
+            update(Memory)
+            .where(Memory.tenant_id == self.tenant_id, Memory.id == any_(_uuids(ids)),
+                   Memory.archived_at.is_not(None),
+                   (Memory.fact_role == "summary") | (Memory.consolidation_id == run_id))
+            .values(archived_at=None,
+                    consolidation_id=case((Memory.fact_role == "fact", None),
+                                          else_=Memory.consolidation_id))
+            .execution_options(synchronize_session=False))
+
     async def delete_versions(self, memory_id: uuid.UUID) -> int | None:
         """Erase the memory's earlier states; how many, or None when the memory is absent
         or expired. The memory's row is locked first, as a change locks it, so a change
@@ -211,14 +256,20 @@ class MemoryRepository:
             "t": self.tenant_id, "u": user_id, "keep": list(keep), "cap": cap,
             "key": USER_KEY + user_id})).scalar_one())
 
-    async def delete_matching(self, filters: MemoryFilter, batch: int = DELETE_BATCH) -> int:
-        """Delete every memory matching `filters`, expired ones too; how many. In
-        statements of `batch` rows, all in the caller's transaction."""
+    async def delete_matching(self, filters: MemoryFilter,
+                              batch: int = DELETE_BATCH) -> list[uuid.UUID]:
+        """Delete every memory matching `filters`, expired ones too; their ids. In
+        statements of `batch` rows, all in the caller's transaction, until one deletes
+        none (rows a concurrent delete took would end it early on a short one)."""
         chosen = (select(Memory.id).where(Memory.tenant_id == self.tenant_id,
                                           *_matching(filters))
                   .limit(batch).scalar_subquery())
-        return await delete_in_statements(self.session, delete(Memory).where(
-            Memory.id.in_(chosen)).execution_options(synchronize_session=False))
+        stmt = (delete(Memory).where(Memory.id.in_(chosen)).returning(Memory.id)
+                .execution_options(synchronize_session=False))
+        deleted: list[uuid.UUID] = []
+        while ids := list((await self.session.execute(stmt)).scalars()):
+            deleted.extend(ids)
+        return deleted
 
 
 def _matching(filters: MemoryFilter) -> list[Any]:
@@ -373,3 +424,9 @@ async def purge_expired(engine: AsyncEngine, batch: int = 1000) -> int:
     )
     return await delete_in_batches(
         engine, delete(Memory).where(Memory.id.in_(expired.scalar_subquery())), batch)
+
+
+def _uuids(ids: Sequence[uuid.UUID]) -> Any:
+    """One uuid[] parameter, so one prepared statement for any number of ids."""
+    return bindparam(None, list(ids), type_=ARRAY(PG_UUID(as_uuid=True)))
+

@@ -203,7 +203,10 @@ async def update_memory(memory_id: uuid.UUID, body: MemoryUpdate, request: Reque
 
 
 @router.delete("/{memory_id}", operation_id="deleteMemory", summary="Delete a memory",
-               status_code=204, response_class=Response, responses=problems(404))
+               status_code=204, response_class=Response, responses=problems(404),
+               description="Every summary built from it (directly, or through a later "
+               "summary) is deleted with it, so its text does not live on in one, and what "
+               "such a summary had archived comes back to the active set.")
 async def delete_memory(memory_id: uuid.UUID, request: Request, session: SessionDep,
                         caller: CallerDep) -> Response:
     await _service(request, session, caller).delete(memory_id)
@@ -216,7 +219,9 @@ async def delete_memory(memory_id: uuid.UUID, request: Request, session: Session
     description="Deletes every memory of the tenant that matches the query string's "
                 "filters, as the listing reads them, all at once: facts and summaries, "
                 "archived and expired ones included (a user's request to be forgotten "
-                "leaves nothing behind). A scope, `tags`, `categories` or `metadata` "
+                "leaves nothing behind), and every summary built from one of them, what "
+                "such a summary had archived coming back to the active set. A scope, "
+                "`tags`, `categories` or `metadata` "
                 "must be named; without one the whole tenant would go, and the answer is "
                 "422. Sessions are not memories: `deleteSessions` deletes a user's "
                 "sessions.")

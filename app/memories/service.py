@@ -104,6 +104,16 @@ class MemoryService:
     async def delete(self, memory_id: uuid.UUID) -> None:
         if not await self.repository.delete(memory_id):
             raise NotFound(f"memory {memory_id} does not exist")
+        await self._dissolve([memory_id])
+
+    async def _dissolve(self, gone: Sequence[uuid.UUID]) -> None:
+        """Summaries that hold a deleted memory's text go with it, what they had archived
+        coming back (MemoryRepository.dissolve_summaries_of)."""
+        dissolved = await self.repository.dissolve_summaries_of(gone)
+        if dissolved:
+            log.info("deleted %d summaries of tenant %s built from deleted memories, and "
+                     "brought back what they had archived", dissolved,
+                     self.repository.tenant_id)
 
     async def delete_history(self, memory_id: uuid.UUID) -> int:
         """Erase a memory's earlier states (a secret an agent stored and a change
@@ -120,9 +130,10 @@ class MemoryService:
                 and not filters.tags and not filters.categories and not filters.metadata:
             raise ValidationFailed.on("query", DELETE_GUARD)
         deleted = await self.repository.delete_matching(replace(filters, include_archived=True))
-        log.info("deleted %d memories of tenant %s matching %s", deleted,
+        log.info("deleted %d memories of tenant %s matching %s", len(deleted),
                  self.repository.tenant_id, filters)
-        return deleted
+        await self._dissolve(deleted)
+        return len(deleted)
 
 
 class MemoryReads:

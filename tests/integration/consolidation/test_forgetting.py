@@ -1,0 +1,95 @@
+"""A deleted memory's text does not live on in a summary: the summaries built from it
+(directly, or through a later summary) are deleted with it, and what they had archived
+comes back to the active set.
+
+Found by an exploratory probe: after `DELETE /v1/memories/M` (or a bulk delete, or an
+erase of its history) the summary that folded M kept its text, and search kept answering
+it; `summary_of` named the deleted id."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from app.resources import Resources
+from tests.conftest import TenantKey
+from tests.integration.consolidation.conftest import consolidate, memory, seed
+from tests.integration.consolidation.test_modes_and_revert import active_ids
+from tests.integration.search.test_term_stats import assert_consistent
+
+
+async def searched(client: httpx.AsyncClient, query: str) -> list[str]:
+    found = await client.post("/v1/search", json={"query": query, "user_id": "u1"})
+    assert found.status_code == 200, found.text
+    return [r["memory"]["content"] for r in found.json()["results"]]
+
+
+SECRET = "the door code is 4417"
+
+
+@pytest.mark.parametrize("mode", ["archive", "synthesize_only"])
+async def test_deleting_a_source_deletes_its_summary_and_brings_the_others_back(
+    client: httpx.AsyncClient, resources: Resources, tenant: TenantKey, mode: str,
+) -> None:
+    ids = await seed(client, [memory("ships the parser on Friday", 0),
+                              memory(SECRET, 1),
+                              memory("standup moved to 9:30", 2),
+                              memory("Alice owns billing", 3, importance=0.9)])
+    run = await consolidate(client, user_id="u1", mode=mode)
+    [group] = run["groups"]
+    assert ids[1] in group["folded_ids"]
+    assert any("4417" in c for c in await searched(client, "door code"))
+
+    assert (await client.delete(f"/v1/memories/{ids[1]}")).status_code == 204
+
+    assert (await client.get(f"/v1/memories/{group['summary_id']}")).status_code == 404
+    assert not any("4417" in c for c in await searched(client, "door code"))
+    # The others the summary stood for are active again, as they were.
+    assert await active_ids(client, user_id="u1") == {ids[0], ids[2], ids[3]}
+    for memory_id in (ids[0], ids[2]):
+        again = (await client.get(f"/v1/memories/{memory_id}")).json()
+        assert (again["archived_at"], again["consolidation_id"]) == (None, None)
+    await assert_consistent(resources, tenant.tenant_id)
+
+
+async def test_a_summary_of_that_summary_goes_too(
+    client: httpx.AsyncClient, resources: Resources, tenant: TenantKey,
+) -> None:
+    ids = await seed(client, [memory(f"note {i}", i) for i in range(3)]
+                     + [memory(SECRET, 3), memory("kept", 4, importance=0.95)])
+    first = await consolidate(client, user_id="u1")
+    summary = first["groups"][0]["summary_id"]
+    later = await seed(client, [memory(f"later {i}", 10 + i, importance=0.9 if i == 0 else 0.5)
+                                for i in range(3)])
+    second = await consolidate(client, user_id="u1", include_summaries=True)
+    assert summary in second["groups"][0]["folded_ids"]
+
+    assert (await client.delete(f"/v1/memories/{ids[3]}")).status_code == 204
+
+    for gone in (summary, second["groups"][0]["summary_id"]):
+        assert (await client.get(f"/v1/memories/{gone}")).status_code == 404
+    # Every fact but the deleted one is active: the first run's and the second run's.
+    assert await active_ids(client, user_id="u1") == {*ids[:3], ids[4], *later}
+    assert not any("4417" in c for c in await searched(client, "door code"))
+    await assert_consistent(resources, tenant.tenant_id)
+
+
+async def test_a_bulk_delete_dissolves_the_summaries_of_what_it_deleted(
+    client: httpx.AsyncClient, resources: Resources, tenant: TenantKey,
+) -> None:
+    # The summary keeps only the tags all its sources share: the bulk delete by tag does
+    # not match it.
+    ids = await seed(client, [memory("ships the parser on Friday", 0, tags=["work"]),
+                              memory(SECRET, 1, tags=["private"]),
+                              memory("standup moved to 9:30", 2, tags=["work"]),
+                              memory("Alice owns billing", 3, importance=0.9)])
+    run = await consolidate(client, user_id="u1")
+    summary = run["groups"][0]["summary_id"]
+
+    deleted = await client.delete("/v1/memories", params={"tags": "private"})
+
+    assert deleted.status_code == 200, deleted.text
+    assert deleted.json()["deleted"] == 1
+    assert (await client.get(f"/v1/memories/{summary}")).status_code == 404
+    assert await active_ids(client, user_id="u1") == {ids[0], ids[2], ids[3]}
+    await assert_consistent(resources, tenant.tenant_id)
