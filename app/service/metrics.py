@@ -54,6 +54,10 @@ REQUESTS_RATE_LIMITED = Counter("engram_http_requests_rate_limited_total",
                                 "Requests answered 429 by their tenant's limit: `rate` (its "
                                 "requests came faster than its rate) or `concurrency` (it "
                                 "had its share in flight)", ["limit"], registry=REGISTRY)
+# Both series exist from the start, at 0: an alert on rate() over a series that appears
+# only with the first 429 sees nothing until then.
+for _limit in ("rate", "concurrency"):
+    REQUESTS_RATE_LIMITED.labels(_limit)
 # Sessions' background work, so an operator sees a failing summariser without reading
 # every session's events.
 SESSION_FOLDS = Counter("engram_session_folds_total",

@@ -219,3 +219,12 @@ async def test_a_refusal_by_one_limit_takes_nothing_of_the_other(
     assert refused_in_flight == [429, 429, 429]
     assert after == [200, 429]
     assert held == 0  # the refusal by rate holds no slot
+
+
+def test_both_rate_limited_series_exist_before_the_first_429() -> None:
+    # Found by an exploratory probe: an alert on rate() saw no series until a 429 came.
+    from app.service.metrics import REGISTRY
+
+    for limit in ("rate", "concurrency"):
+        assert REGISTRY.get_sample_value("engram_http_requests_rate_limited_total",
+                                         {"limit": limit}) is not None
