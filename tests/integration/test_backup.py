@@ -204,6 +204,19 @@ async def set_revision(resources: Resources, url: str, revision: str) -> None:
                            {"r": revision})
 
 
+async def backed_up_beside(resources: Resources, new_database: Database, archive: Path,
+                           note: str) -> tuple[str, TenantKey, TenantKey]:
+    """A database of FACTS backed up to `archive`, and another holding `note`: the other's
+    url, the first's tenant and the other's."""
+    source, target = await new_database(), await new_database()
+    async with serving(resources, source) as (client, key):
+        await remember(client, *FACTS)
+        assert (await cli(source, "backup", str(archive))).returncode == 0
+    async with serving(resources, target) as (other, other_key):
+        await remember(other, note)
+    return target, key, other_key
+
+
 async def test_a_backup_leaves_the_schema_as_it_was(
     resources: Resources, new_database: Database, tmp_path: Path,
 ) -> None:
@@ -255,13 +268,9 @@ async def test_a_database_a_newer_version_migrated_can_be_restored_over(
 ) -> None:
     """Rolling a release back: the backup taken before it goes over the database it
     migrated (every command migrated first, and refused that schema)."""
-    source, target = await new_database(), await new_database()
     archive = tmp_path / "last-night.dump"
-    async with serving(resources, source) as (client, key):
-        await remember(client, *FACTS)
-        assert (await cli(source, "backup", str(archive))).returncode == 0
-    async with serving(resources, target) as (other, _):
-        await remember(other, "Written by the newer release.")
+    target, key, _ = await backed_up_beside(resources, new_database, archive,
+                                            "Written by the newer release.")
     await set_revision(resources, target, "0099")
 
     restored = await cli(target, "restore", str(archive), "--yes")
@@ -275,13 +284,9 @@ async def test_a_database_a_newer_version_migrated_can_be_restored_over(
 async def test_a_restore_is_refused_while_a_reembed_or_restore_runs(
     resources: Resources, new_database: Database, tmp_path: Path,
 ) -> None:
-    source, target = await new_database(), await new_database()
     archive = tmp_path / "engram.dump"
-    async with serving(resources, source) as (client, _):
-        await remember(client, *FACTS)
-        assert (await cli(source, "backup", str(archive))).returncode == 0
-    async with serving(resources, target) as (other, other_key):
-        await remember(other, "Only in the target.")
+    target, _, other_key = await backed_up_beside(resources, new_database, archive,
+                                                  "Only in the target.")
 
     async with reconfigured(resources, target) as res, \
             exclusive_pass(res.engine, "reembed"):
