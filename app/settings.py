@@ -374,15 +374,27 @@ def format_settings_error(exc: Exception) -> str:
     return f"invalid settings: {exc}"
 
 
-def unknown_settings(environ: Mapping[str, str]) -> list[str]:
-    """A line for each ENGRAM_ variable that is no setting: a misspelt one is otherwise
-    ignored in silence (ENGRAM_AUTH_ENABLE=true left authentication off)."""
-    known = {f"ENGRAM_{name.upper()}" for name in Settings.model_fields}
+# ENGRAM_ variables that are not the service's settings but the test suite's and the
+# benchmarks' own knobs (README "Tests"), so not to be warned of.
+TOOLING_VARIABLES = frozenset({"ENGRAM_FUZZ_EXAMPLES", "ENGRAM_BENCH_PROFILE_OUT"})
+
+
+def unknown_settings(environ: Mapping[str, str], env_file: Path | None = Path(".env"),
+                     ) -> list[str]:
+    """A line for each ENGRAM_ variable that is no setting, in the environment or in
+    `env_file` (which Settings reads too): a misspelt one is otherwise ignored in silence
+    (ENGRAM_AUTH_ENABLE=true left authentication off)."""
+    known = {f"ENGRAM_{name.upper()}" for name in Settings.model_fields} | TOOLING_VARIABLES
+    given = dict.fromkeys(environ, "")
+    if env_file is not None and env_file.is_file():
+        from dotenv import dotenv_values
+
+        given |= {n: f" (in {env_file})" for n in dotenv_values(env_file) if n not in given}
     lines = []
-    for name in sorted(n for n in environ if n.upper().startswith("ENGRAM_")):
+    for name in sorted(n for n in given if n.upper().startswith("ENGRAM_")):
         if name.upper() in known:
             continue
         close = difflib.get_close_matches(name.upper(), sorted(known), n=1, cutoff=0.8)
         hint = f" (did you mean {close[0]}?)" if close else ""
-        lines.append(f"{name} is not a setting and is ignored{hint}")
+        lines.append(f"{name}{given[name]} is not a setting and is ignored{hint}")
     return lines

@@ -289,3 +289,15 @@ def test_a_misspelt_variable_is_named_with_the_setting_it_resembles() -> None:
         "ENGRAM_AUTH_ENABLE is not a setting and is ignored (did you mean "
         "ENGRAM_AUTH_ENABLED?)",
         "ENGRAM_NOTHING_LIKE_IT is not a setting and is ignored"]
+
+
+def test_a_misspelt_line_of_the_env_file_is_named_too(tmp_path: Path) -> None:
+    """Found by an exploratory probe: the `.env` file, which Settings reads, was not
+    checked, so `ENGRAM_AUTH_ENABLE=true` there left authentication off in silence."""
+    env_file = tmp_path / ".env"
+    env_file.write_text("ENGRAM_AUTH_ENABLE=true\nENGRAM_PORT=8080\nOTHER=1\n")
+
+    lines = unknown_settings({"ENGRAM_FUZZ_EXAMPLES": "50"}, env_file)
+
+    assert lines == [f"ENGRAM_AUTH_ENABLE (in {env_file}) is not a setting and is ignored "
+                     "(did you mean ENGRAM_AUTH_ENABLED?)"]
