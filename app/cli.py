@@ -247,17 +247,20 @@ async def _transfer(engine: AsyncEngine, args: argparse.Namespace) -> int:
     how = ("as a new tenant" if report.replaced is None else
            f"over its {report.replaced['memories']} memories and "
            f"{report.replaced['sessions']} sessions")
-    print(f"imported tenant {report.tenant!r} {how}: {_rows_text(report.rows)} from {path} "
+    # With --replace the tenant keeps its own keys: none of the export's is imported.
+    rows = _rows_text(report.rows, keys=report.replaced is None)
+    print(f"imported tenant {report.tenant!r} {how}: {rows} from {path} "
           f"in {report.seconds:.1f} s"
           + (f"; {report.runs_failed} consolidation runs under way at the export ended "
              "failed" if report.runs_failed else ""))
     return 0
 
 
-def _rows_text(rows: dict[str, int]) -> str:
+def _rows_text(rows: dict[str, int], *, keys: bool = True) -> str:
     return (f"{rows['memories']} memories ({rows['memory_versions']} earlier states), "
             f"{rows['sessions']} sessions ({rows['session_turns']} turns), "
-            f"{rows['consolidation_runs']} consolidation runs, {rows['api_keys']} keys")
+            f"{rows['consolidation_runs']} consolidation runs, "
+            + (f"{rows['api_keys']} keys" if keys else "its own keys kept"))
 
 
 def _limit_change(args: argparse.Namespace) -> LimitChange | str:
@@ -350,7 +353,7 @@ async def _reembed(settings: Settings, args: argparse.Namespace) -> int:
     skipped = f", {report.skipped} changed meanwhile and left" if report.skipped else ""
     resumed = " (going on from an earlier pass)" if report.resumed else ""
     print(f"re-embedded {report.embedded} memories with {report.model}{resumed} in "
-          f"{report.seconds:.1f} s (the vector index built in {report.index_seconds:.1f})"
+          f"{report.seconds:.1f} s (the vector index built in {report.index_seconds:.1f} s)"
           f"{skipped}")
     return 0
 

@@ -368,8 +368,10 @@ def format_settings_error(exc: Exception) -> str:
         parts = []
         for err in exc.errors():
             name = ".".join(str(p) for p in err["loc"])
-            env = f"ENGRAM_{name.upper()}" if name else "settings"
-            parts.append(f"{env}: {err['msg']}")
+            if name:
+                parts.append(f"ENGRAM_{name.upper()}: {err['msg']}")
+            else:  # a rule across settings: its message names them
+                parts.append(str(err["msg"]).removeprefix("Value error, "))
         return "invalid setting " + "; ".join(parts)
     return f"invalid settings: {exc}"
 

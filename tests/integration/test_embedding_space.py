@@ -329,7 +329,7 @@ async def test_the_command_reembeds_once_and_refuses_beside_the_service(
 
     assert done.returncode == 0, done.stderr
     assert re.fullmatch(rf"re-embedded 3 memories with {HASH} in \d+\.\d s \(the vector "
-                        r"index built in \d+\.\d\)\n", done.stdout), done.stdout
+                        r"index built in \d+\.\d s\)\n", done.stdout), done.stdout
     assert "re-embedded 3 of 3" in done.stderr
     assert (await space_row(own_db))[:3] == (HASH, None, None)
     again = await cli(url, "reembed")

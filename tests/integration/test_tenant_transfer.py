@@ -241,6 +241,8 @@ async def test_an_import_over_a_tenant_is_confirmed_first(
     assert "no tenant named 'nobody-here' to replace" in absent.stderr
     assert done.returncode == 0, done.stderr
     assert "over its 8 memories and 1 sessions" in done.stdout
+    # Its own keys stay: it said "1 keys" of the export's, none of which was imported.
+    assert "consolidation runs, its own keys kept from " in done.stdout
     assert len((await rows_of(resources, tenant.tenant_id))["memories"]) == 7
     assert len(before["memories"]) == 8
 

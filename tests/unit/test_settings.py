@@ -301,3 +301,15 @@ def test_a_misspelt_line_of_the_env_file_is_named_too(tmp_path: Path) -> None:
 
     assert lines == [f"ENGRAM_AUTH_ENABLE (in {env_file}) is not a setting and is ignored "
                      "(did you mean ENGRAM_AUTH_ENABLED?)"]
+
+
+def test_a_rule_across_settings_is_said_in_its_own_words(monkeypatch: pytest.MonkeyPatch) -> None:
+    # It read "invalid setting settings: Value error, ...".
+    monkeypatch.setenv("ENGRAM_SESSION_SUMMARISER", "llm")
+
+    with pytest.raises(ValidationError) as caught:
+        load()
+
+    assert format_settings_error(caught.value) == (
+        "invalid setting ENGRAM_SESSION_SUMMARISER=llm needs ENGRAM_LLM_BASE_URL")
+
