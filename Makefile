@@ -17,8 +17,11 @@ help: ## list the targets
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	# The CPU build first: an unpinned torch would pull a multi-GB CUDA build.
-	$(BIN)/python -m pip install --quiet torch==2.13.0
+	# torch first, pinned. Which build comes is pip's sources' choice: PyPI's Linux wheel
+	# is the multi-GB CUDA one; TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu (or
+	# a find-links holding the CPU wheel, as CI's machine has) gives the CPU build.
+	$(BIN)/python -m pip install --quiet torch==2.13.0 \
+		$(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
 	# The tested versions of everything else (constraints.txt), so a dependency's new
 	# release cannot break a fresh clone.
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
