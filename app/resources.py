@@ -13,7 +13,7 @@ from app.db import create_engine, create_sessionmaker
 from app.embedded_db import EmbeddedPostgres, start_embedded
 from app.embedding_space.service import check_on_start
 from app.migrate import upgrade_to_head
-from app.providers.embedder import Embedder, build_embedder, load_embedder
+from app.providers.embedder import Embedder, build_embedder, load_embedder, probe_embedder
 from app.providers.llm import LLMClient, build_llm_client
 from app.search.config import build_limits, build_pipeline
 from app.search.pipeline import SearchPipeline
@@ -137,6 +137,7 @@ async def build_resources(settings: Settings, *, migrate: bool = True) -> Resour
             await _migrate(url, settings)
         embedder = build_embedder(settings)
         await load_embedder(embedder)
+        await probe_embedder(embedder)
         # Before anything is served: a search over another model's vectors would answer
         # at random, and a write would mix two models.
         await check_on_start(engine, embedder)

@@ -40,6 +40,15 @@ async def load_embedder(embedder: Embedder) -> None:
         await load()
 
 
+async def probe_embedder(embedder: Embedder) -> None:
+    """At the service's start: an embedder that calls out says now if it cannot (the
+    OpenAI-compatible one embeds a text; not part of the protocol, the others have no
+    endpoint). `reembed` probes its model itself."""
+    probe = getattr(embedder, "probe", None)
+    if probe is not None:
+        await probe()
+
+
 def build_embedder(settings: Settings) -> Embedder:
     if settings.embedder == "hash":
         from app.providers.hash_embedder import HashEmbedder

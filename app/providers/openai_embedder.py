@@ -42,6 +42,9 @@ class EmbeddingError(ProviderError):
         self.retry_after = retry_after
 
 
+PROBE_TEXT = "Engram checks that its embeddings endpoint answers."
+
+
 class OpenAIEmbedder:
     name = "openai"
 
@@ -69,6 +72,18 @@ class OpenAIEmbedder:
         self._client = client or httpx.AsyncClient(
             base_url=base_url.rstrip("/") + "/", headers=headers, timeout=timeout
         )
+
+    async def probe(self) -> None:
+        """One text embedded at the service's start: a wrong URL, key, model or dimension
+        is said at once, in one WARNING line, rather than first by every write's and
+        search's 502. Not a refusal to start: the endpoint may only be down for now, and
+        it is tried again with each request."""
+        try:
+            await self.embed([PROBE_TEXT])
+        except EmbeddingError as exc:
+            log.warning("the embeddings endpoint %s failed a probe at start (%s: %s); "
+                        "writes and searches answer %d until it answers",
+                        self._client.base_url, exc.code, exc.detail, exc.status)
 
     async def embed(self, texts: Sequence[str]) -> list[Vector]:
         out: list[Vector] = []

@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import logging
 import math
 import socket
 import threading
@@ -23,6 +24,7 @@ import pytest
 from sqlalchemy import select
 
 from app.models import Memory
+from app.providers.embedder import probe_embedder
 from app.providers.openai_embedder import EmbeddingError, OpenAIEmbedder
 from app.resources import Resources
 from tests.conftest import create_tenant_key, make_client, sample
@@ -753,3 +755,26 @@ async def test_a_search_asked_again_reuses_its_query_vector_but_not_a_failure(
             assert query_calls() == 2
     finally:
         await embedder.aclose()
+
+
+async def test_a_failing_endpoint_is_said_at_start_in_one_warning(
+    server: FakeEmbeddingsServer, embedder: OpenAIEmbedder, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Noticed in stop 38: a wrong URL, key or model was first said by every write's and
+    search's 502. Not a refusal: the endpoint may only be down for now."""
+    server.script(Fail(401))
+
+    with caplog.at_level(logging.WARNING):
+        await probe_embedder(embedder)
+
+    [line] = [r.getMessage() for r in caplog.records if "failed a probe at start" in
+              r.getMessage()]
+    assert line.startswith(f"the embeddings endpoint {server.base_url}")
+    assert "(embedding_upstream_error: " in line
+    assert line.endswith("writes and searches answer 502 until it answers")
+    # Once it answers, it embeds.
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        await probe_embedder(embedder)
+    assert not [r for r in caplog.records if "failed a probe" in r.getMessage()]
+    assert len(await embedder.embed(["hello"])) == 1
