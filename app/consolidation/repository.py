@@ -15,12 +15,8 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 from sqlalchemy import (
-    ARRAY,
     ColumnElement,
     Table,
-    any_,
-    bindparam,
-    case,
     delete,
     exists,
     func,
@@ -37,14 +33,9 @@ from sqlalchemy.orm import aliased
 
 from app.consolidation.schemas import ConsolidationRequest
 from app.consolidation.types import Entry, Partitioning, Scope
-from app.memories.repository import live
+from app.memories.repository import among, live, unarchive
 from app.models import ConsolidationRun, Memory
 from app.worker.queue import job_pending
-
-
-def _among(ids: Sequence[uuid.UUID]) -> ColumnElement[bool]:
-    """`id = ANY($1)`: one array parameter, so one prepared statement for any group size."""
-    return Memory.id == any_(bindparam(None, list(ids), type_=ARRAY(PG_UUID(as_uuid=True))))
 
 
 def content_digest(content: str) -> str:
@@ -208,7 +199,7 @@ class ConsolidationRepository:
     async def lock_summaries(self, ids: Sequence[uuid.UUID]) -> list[SummaryState]:
         """The run's surviving summaries, locked."""
         stmt = (select(Memory.id, (Memory.updated_at > Memory.created_at).label("edited"))
-                .where(Memory.tenant_id == self.tenant_id, _among(ids),
+                .where(Memory.tenant_id == self.tenant_id, among(ids),
                        Memory.fact_role == "summary")
                 .order_by(Memory.id).with_for_update(of=Memory))
         return [SummaryState(r.id, bool(r.edited))
@@ -229,21 +220,12 @@ class ConsolidationRepository:
 
     async def delete_summaries(self, ids: Sequence[uuid.UUID], run_id: uuid.UUID) -> int:
         stmt = delete(Memory).where(Memory.tenant_id == self.tenant_id,
-                                    _among(ids), Memory.fact_role == "summary",
+                                    among(ids), Memory.fact_role == "summary",
                                     Memory.consolidation_id == run_id)
         return (await self.session.execute(stmt)).rowcount  # type: ignore[attr-defined, no-any-return]
 
     async def restore(self, ids: Sequence[uuid.UUID], run_id: uuid.UUID) -> int:
-        stmt = (
-            update(Memory)
-            .where(Memory.tenant_id == self.tenant_id, _among(ids),
-                   Memory.archived_at.is_not(None),
-                   (Memory.fact_role == "summary") | (Memory.consolidation_id == run_id))
-            .values(archived_at=None,
-                    consolidation_id=case((Memory.fact_role == "fact", None),
-                                          else_=Memory.consolidation_id))
-            .execution_options(synchronize_session=False)
-        )
+        stmt = unarchive(self.tenant_id, ids, run_id)
         return (await self.session.execute(stmt)).rowcount  # type: ignore[attr-defined, no-any-return]
 
     async def summaries_of_run(self, run_id: uuid.UUID) -> list[tuple[uuid.UUID, str, list[Any]]]:

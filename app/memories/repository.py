@@ -12,6 +12,7 @@ from typing import Any, cast
 
 from sqlalchemy import (
     ARRAY,
+    ColumnElement,
     CursorResult,
     Result,
     Table,
@@ -201,34 +202,22 @@ class MemoryRepository:
             rows = (await self.session.execute(
                 select(Memory.id, Memory.consolidation_id, Memory.summary_of)
                 .where(Memory.tenant_id == self.tenant_id, Memory.fact_role == "summary",
-                       Memory.summary_of.op("&&")(_uuids(frontier)))
+                       Memory.summary_of.op("&&")(uuid_array(frontier)))
                 .with_for_update())).all()
             if not rows:
                 break
             ids = [r.id for r in rows]
             await self.session.execute(delete(Memory).where(
-                Memory.tenant_id == self.tenant_id, Memory.id == any_(_uuids(ids))))
+                Memory.tenant_id == self.tenant_id, among(ids)))
             dissolved.update(ids)
             left = set(gone) | dissolved
             for row in rows:
                 sources = [i for i in row.summary_of if i not in left]
                 if sources:
-                    await self._unarchive(sources, row.consolidation_id)
+                    await self.session.execute(
+                        unarchive(self.tenant_id, sources, row.consolidation_id))
             frontier = ids
         return len(dissolved)
-
-    async def _unarchive(self, ids: Sequence[uuid.UUID], run_id: uuid.UUID | None) -> None:
-        """As a revert of the run brings them back: the facts it archived (they carry its
-        id) and any prior summary it folded."""
-        await self.session.execute(
-            update(Memory)
-            .where(Memory.tenant_id == self.tenant_id, Memory.id == any_(_uuids(ids)),
-                   Memory.archived_at.is_not(None),
-                   (Memory.fact_role == "summary") | (Memory.consolidation_id == run_id))
-            .values(archived_at=None,
-                    consolidation_id=case((Memory.fact_role == "fact", None),
-                                          else_=Memory.consolidation_id))
-            .execution_options(synchronize_session=False))
 
     async def delete_versions(self, memory_id: uuid.UUID) -> int | None:
         """Erase the memory's earlier states; how many, or None when the memory is absent
@@ -426,7 +415,25 @@ async def purge_expired(engine: AsyncEngine, batch: int = 1000) -> int:
         engine, delete(Memory).where(Memory.id.in_(expired.scalar_subquery())), batch)
 
 
-def _uuids(ids: Sequence[uuid.UUID]) -> Any:
+def uuid_array(ids: Sequence[uuid.UUID]) -> Any:
     """One uuid[] parameter, so one prepared statement for any number of ids."""
     return bindparam(None, list(ids), type_=ARRAY(PG_UUID(as_uuid=True)))
+
+
+def among(ids: Sequence[uuid.UUID]) -> ColumnElement[bool]:
+    """`id = ANY($1)`."""
+    return Memory.id == any_(uuid_array(ids))
+
+
+def unarchive(tenant_id: uuid.UUID, ids: Sequence[uuid.UUID], run_id: uuid.UUID | None) -> Any:
+    """Bring back those of `ids` the run `run_id` archived, as a revert of it does: the
+    facts it archived (they carry its id) and any prior summary it folded (which keeps
+    the id of the run that wrote it)."""
+    return (update(Memory)
+            .where(Memory.tenant_id == tenant_id, among(ids), Memory.archived_at.is_not(None),
+                   (Memory.fact_role == "summary") | (Memory.consolidation_id == run_id))
+            .values(archived_at=None,
+                    consolidation_id=case((Memory.fact_role == "fact", None),
+                                          else_=Memory.consolidation_id))
+            .execution_options(synchronize_session=False))
 
