@@ -43,6 +43,12 @@ The rules, by name (see `_RULES`):
 - `tldr_tail`: a statement ending in "tl;dr" ("the Berlin move, tl;dr"), or
   ending in "in a nutshell" / "in brief", unless the clause is itself a
   question ("what does it mean when someone writes tl;dr").
+
+A clause that is only a discourse opener ("in summary", "in short", "tl;dr", "to sum
+up", ...) followed by a question ("In summary, what is Alice's wifi password?") asks
+that question: the opener is how the asker talks, not what they ask for, and the later
+clauses decide. Alone, or before a topic ("TL;DR: the move to Berlin"), it still asks
+for a summary.
 """
 
 from __future__ import annotations
@@ -245,19 +251,34 @@ _RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = tuple(
         ),
     )
 )
+# A whole clause that may only open what follows (see the module docstring).
+_OPENER: Final = re.compile(
+    r"^(?:(?:so|and|ok|okay|well|anyway)\s+)?(?:in\s+(?:summary|short|brief|sum|a\s+nutshell|"
+    r"conclusion|a\s+word)|to\s+(?:sum\s+(?:it\s+)?up|summari[sz]e|recap|conclude)|"
+    r"summing\s+up|tldr|overall|bottom\s+line|long\s+story\s+short)$")
 _TAIL: Final = re.compile(r"(?:\btldr|\bin\s+a\s+nutshell|\bin\s+brief)\s*(?:please|pls)?$")
 _QUESTION: Final = re.compile(_QUESTION_START)
 
 
 def matching_rule(text: str) -> str | None:
     """The name of the first rule that finds a summarisation request in `text`, or None."""
-    for clause in _clauses(normalize(text)):
+    normalized = normalize(text)
+    clauses = _clauses(normalized)
+    for i, clause in enumerate(clauses):
+        if _OPENER.search(clause) and _asks_after(clauses[i + 1:], normalized):
+            continue
         for name, pattern in _RULES:
             if pattern.search(clause):
                 return name
         if _TAIL.search(clause) and not _QUESTION.search(clause):
             return "tldr_tail"
     return None
+
+
+def _asks_after(later: list[str], normalized: str) -> bool:
+    """A question follows: a later clause starts as one, or the text ends with "?"."""
+    return bool(later) and (normalized.endswith("?")
+                            or any(_QUESTION.search(clause) for clause in later))
 
 
 def classify_query_style(text: str) -> QueryStyle:

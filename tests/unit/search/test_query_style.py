@@ -214,6 +214,29 @@ def test_a_later_clause_can_carry_the_request() -> None:
     assert classify_query_style("I read the recap. Who wrote it?") == "regular"
 
 
+@pytest.mark.parametrize("text", [
+    "In summary, what is Alice's wifi password?",
+    "In brief, what is the door code?",
+    "In a nutshell, where does Bob live?",
+    "TL;DR: what is the password?",
+    "To sum up, when is the flight?",
+    "In short, the wifi password?",
+    "Overall, how was the trip to Lisbon?",
+])
+def test_an_opener_before_a_question_leaves_the_question(text: str) -> None:
+    # Found by an exploratory probe: the opener's clause alone was taken for the request,
+    # and the summary outranked the fact that answers the question.
+    assert classify_query_style(text) == "regular", matching_rule(text)
+
+
+@pytest.mark.parametrize("text", [
+    "In a nutshell, what did we discuss?", "TL;DR?", "In summary?", "tl;dr",
+    "TL;DR: the move to Berlin", "In a nutshell", "to sum up, recap our chat",
+])
+def test_an_opener_alone_or_before_a_request_still_asks_for_a_summary(text: str) -> None:
+    assert classify_query_style(text) == "summary", matching_rule(text)
+
+
 def test_empty_and_blank_text_is_regular() -> None:
     assert classify_query_style("") == "regular"
     assert classify_query_style("   ") == "regular"
