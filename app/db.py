@@ -75,6 +75,9 @@ def create_engine(url: str, settings: Settings, application_name: str = "engram"
         pool_timeout=settings.db_pool_timeout_seconds,
         pool_pre_ping=True,
         connect_args=connect_args,
+        # A statement's failure is logged with its error, and its parameters are what
+        # tenants stored (content, user ids, vectors): no erasure reaches a log.
+        hide_parameters=True,
     )
     db_tcp.install(engine, settings.db_tcp_timeout_seconds)
     db_timeout.install(engine, timeout)

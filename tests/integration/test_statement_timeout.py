@@ -211,3 +211,20 @@ async def waiting_for_a_lock(resources: Resources) -> int:
             return int(pid)
         await asyncio.sleep(0.05)
     raise AssertionError("no statement came to wait for the lock")
+
+
+async def test_a_cut_write_is_logged_without_what_it_would_have_stored(
+    bounded: Resources, tenant: TenantKey, resources: Resources,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Found by an exploratory probe: the log line of a write cut by the bound held the
+    statement's parameters, the content and user id among them, where no erasure reaches."""
+    secret = "diagnosis PELICAN-DIAG-31"
+    async with make_client(bounded, tenant.headers) as client, memories_locked(resources):
+        stuck = await client.post("/v1/memories",
+                                  json={"content": secret, "user_id": "sara-7731"})
+
+    assert_timed_out(stuck)
+    cut = [r.getMessage() for r in caplog.records if "statement cut" in r.getMessage()]
+    assert cut, [r.getMessage() for r in caplog.records]
+    assert not [m for m in cut if "PELICAN" in m or "sara-7731" in m], cut
