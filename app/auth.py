@@ -18,7 +18,13 @@ from functools import partial
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from app.errors import ConcurrencyLimited, RateLimited, TenantSuspended, Unauthorized
+from app.errors import (
+    INVALID_KEY,
+    ConcurrencyLimited,
+    RateLimited,
+    TenantSuspended,
+    Unauthorized,
+)
 from app.models import DEFAULT_TENANT_ID
 from app.service.admission import at_request_end
 from app.service.metrics import REQUESTS_RATE_LIMITED
@@ -88,7 +94,7 @@ async def _key_owner(request: Request,
     owner = await KeyLookup(await request.app.state.resources.search_reader()
                             ).owner_of_key_hash(hash_key(credentials.credentials))
     if owner is None:
-        raise Unauthorized("the API key is not valid or has been revoked")
+        raise Unauthorized(INVALID_KEY)
     if owner.suspension is not None:
         # Before the limits: a refused request takes nothing of the tenant's rate or share.
         raise TenantSuspended(suspended_detail(owner.suspension))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -63,6 +64,9 @@ class Conflict(AppError):
 
 class Unauthorized(AppError):
     status, code, title = 401, "unauthorized", "Unauthorized"
+
+
+INVALID_KEY = "the API key is not valid or has been revoked"
 
 
 class TenantSuspended(AppError):
@@ -166,6 +170,17 @@ def answer_lost(exc: BaseException) -> bool:
 
 # SQLSTATE query_canceled: the server's statement_timeout, or pg_cancel_backend.
 _QUERY_CANCELED = "57014"
+_FOREIGN_KEY_VIOLATION = "23503"
+# Every table's tenant foreign key is named so (NAMING_CONVENTION in app/models/base.py).
+_TENANT_FOREIGN_KEY = re.compile(r'foreign key constraint "fk_\w+_tenant_id_tenants"')
+
+
+def _tenant_gone(exc: BaseException) -> bool:
+    """A write refused for want of its tenant: the tenant was deleted while the request,
+    admitted just before, was under way."""
+    orig = getattr(exc, "orig", exc)
+    return (getattr(orig, "sqlstate", None) == _FOREIGN_KEY_VIOLATION
+            and _TENANT_FOREIGN_KEY.search(str(orig)) is not None)
 
 
 def _statement_cut(exc: BaseException, seconds: float) -> DatabaseTimeout | None:
@@ -342,6 +357,10 @@ async def unexpected_problem(request: Request, exc: Exception) -> JSONResponse:
                     request.url.path, exc)
         return app_error_response(DatabaseUnavailable(
             "the database could not be reached; retry later"))
+    if _tenant_gone(exc):
+        # What the tenant's next request is told, now that its keys went with it.
+        log.info("tenant deleted during %s %s", request.method, request.url.path)
+        return app_error_response(Unauthorized(INVALID_KEY))
     log.exception("unhandled error during %s %s", request.method, request.url.path)
     return problem_response(
         500, "internal_error", "Internal error", "an unexpected error occurred"

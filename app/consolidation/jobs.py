@@ -22,7 +22,7 @@ from app.consolidation.schemas import ConsolidationRequest
 from app.consolidation.service import compose
 from app.consolidation.stored import NewerRun, request_to_run
 from app.errors import ValidationFailed
-from app.tenants.service import is_suspended
+from app.tenants.service import standing
 from app.worker.registry import JobContext, JobRegistry, RetryLater
 
 log = logging.getLogger("engram.consolidation")
@@ -64,7 +64,7 @@ async def _run_queued(context: JobContext, runner: ConsolidationRunner,
         # own, while that delivery runs it) may fail it.
         await runner.settle_started(run)
         return
-    if await is_suspended(context.resources.sessionmaker, runner.tenant_id):
+    if await standing(context.resources.sessionmaker, runner.tenant_id) == "suspended":
         await runner.give_up(run_id, "its tenant was suspended before the run started; "
                                      "post it again once the tenant is resumed")
         return
@@ -100,11 +100,17 @@ async def run_auto(context: JobContext, payload: Mapping[str, Any]) -> None:
         "session_id": payload.get("session_id"), "namespace": payload.get("namespace"),
         "strategy": "simple", "mode": "synthesize_only",
     })
-    if await is_suspended(context.resources.sessionmaker, tenant_id):
-        # Skipped, not postponed: the scope's count queues the next run N writes on.
-        log.info("automatic consolidation of %s skipped: its tenant is suspended",
-                 request.model_dump(exclude_defaults=True))
-        return
+    match await standing(context.resources.sessionmaker, tenant_id):
+        case "suspended":
+            # Skipped, not postponed: the scope's count queues the next run N writes on.
+            log.info("automatic consolidation of %s skipped: its tenant is suspended",
+                     request.model_dump(exclude_defaults=True))
+            return
+        case "gone":
+            # Queued while the tenant was being deleted; its run would fail on its
+            # foreign key at every try (hours of tracebacks, with the tenant's ids).
+            log.info("automatic consolidation skipped: its tenant was deleted")
+            return
     runner = ConsolidationRunner(context.resources, tenant_id)
     try:
         run = await runner.run_now(request, compose(request, context.resources),

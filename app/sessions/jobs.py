@@ -14,7 +14,7 @@ from app.resources import Resources
 from app.sessions.config import build_summariser, fold_policy, health_policy
 from app.sessions.folder import FOLD_JOB, SessionFolder, enqueue_fold
 from app.sessions.repository import stalled_folds
-from app.tenants.service import is_suspended
+from app.tenants.service import standing
 from app.worker.registry import JobContext, JobRegistry, RetryLater
 
 log = logging.getLogger("engram.sessions")
@@ -38,10 +38,14 @@ def folder_for(resources: Resources, tenant_id: uuid.UUID, session_id: str) -> S
 async def run_fold(context: JobContext, payload: Mapping[str, Any]) -> None:
     tenant_id = uuid.UUID(payload["tenant_id"])
     session_id = str(payload["session_id"])
-    if await is_suspended(context.resources.sessionmaker, tenant_id):
-        # The fold stays due; the sweep queues it again once the tenant is resumed.
-        log.info("fold of session %s skipped: its tenant is suspended", session_id)
-        return
+    match await standing(context.resources.sessionmaker, tenant_id):
+        case "suspended":
+            # The fold stays due; the sweep queues it again once the tenant is resumed.
+            log.info("fold of session %s skipped: its tenant is suspended", session_id)
+            return
+        case "gone":
+            log.info("fold of session %s skipped: its tenant was deleted", session_id)
+            return
     outcome = await folder_for(context.resources, tenant_id, session_id).run()
     if outcome.retry_after is not None:
         raise RetryLater(outcome.retry_after, "the summariser failed")

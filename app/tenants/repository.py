@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Literal
 
 from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert
@@ -15,6 +16,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from app.db import Fetcher
 from app.models import ApiKey, ChatSession, Memory, Tenant
 from app.tenants.rate_limit import RateLimit
+
+Standing = Literal["active", "suspended", "gone"]
 
 # ix_api_keys_key_hash; a key hash is unique per tenant, and SHA-256 collisions across
 # tenants are not a concern, so at most one row. The tenant's own limits come in the
@@ -182,10 +185,11 @@ class TenantRepository:
             .returning(Tenant.id))
         return result.first() is not None
 
-    async def is_suspended(self, tenant_id: uuid.UUID) -> bool:
-        """Whether the tenant is suspended (a tenant deleted meanwhile is not)."""
-        return bool(await self.session.scalar(
-            select(Tenant.suspended_at.is_not(None)).where(Tenant.id == tenant_id)))
+    async def standing(self, tenant_id: uuid.UUID) -> Standing:
+        """Whether the tenant is active, suspended, or gone (deleted)."""
+        suspended = await self.session.scalar(
+            select(Tenant.suspended_at.is_not(None)).where(Tenant.id == tenant_id))
+        return "gone" if suspended is None else "suspended" if suspended else "active"
 
     async def resume(self, name: str) -> bool:
         """Lift the tenant's suspension, if any; False when no tenant has the name."""

@@ -12,7 +12,7 @@ from app.errors import Conflict, NotFound
 from app.memories.repository import purge_tenant
 from app.models import DEFAULT_TENANT_ID
 from app.sessions.repository import purge_tenant_sessions
-from app.tenants.repository import LimitChange, TenantRepository, TenantSummary
+from app.tenants.repository import LimitChange, Standing, TenantRepository, TenantSummary
 from app.worker.queue import drop_tenant_jobs
 
 
@@ -54,7 +54,7 @@ async def set_limits(engine: AsyncEngine, name: str, change: LimitChange) -> Ten
 async def suspend(engine: AsyncEngine, name: str, reason: str | None) -> TenantSummary:
     """Refuse the tenant's keys from its next request on (403 `tenant_suspended`, the
     reason in the detail); what it holds and its keys are left as they are, and its
-    background jobs do nothing while it lasts (`is_suspended`). Suspending it again
+    background jobs do nothing while it lasts (`standing`). Suspending it again
     replaces the reason and keeps the time."""
     async with create_sessionmaker(engine)() as session, session.begin():
         if not await TenantRepository(session).suspend(name, reason):
@@ -62,12 +62,13 @@ async def suspend(engine: AsyncEngine, name: str, reason: str | None) -> TenantS
     return await summary(engine, name)
 
 
-async def is_suspended(sessionmaker: async_sessionmaker[AsyncSession],
-                       tenant_id: uuid.UUID) -> bool:
-    """Whether the tenant is suspended: its background jobs ask before they do anything
-    (an LLM call costs whoever runs the service)."""
+async def standing(sessionmaker: async_sessionmaker[AsyncSession],
+                   tenant_id: uuid.UUID) -> Standing:
+    """Whether the tenant is active, suspended or gone: its background jobs ask before
+    they do anything (an LLM call costs whoever runs the service, and a deleted tenant's
+    job that went on failed on its foreign keys, retried for hours)."""
     async with sessionmaker() as session:
-        return await TenantRepository(session).is_suspended(tenant_id)
+        return await TenantRepository(session).standing(tenant_id)
 
 
 async def resume(engine: AsyncEngine, name: str) -> TenantSummary:

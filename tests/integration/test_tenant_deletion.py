@@ -3,7 +3,11 @@ bounded transactions, and nothing of another tenant; the default tenant is refus
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import uuid
+from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -127,3 +131,38 @@ async def test_the_default_tenant_and_an_unknown_one_are_refused(
         await delete_tenant(resources.engine, "nobody-here")
     async with resources.engine.connect() as conn:
         assert await conn.scalar(text("SELECT count(*) FROM tenants WHERE name = 'default'")) == 1
+
+
+class DeletingEmbedder:
+    """Embeds as the suite's embedder does, after deleting the tenant: a write admitted
+    just before its tenant went."""
+
+    def __init__(self, resources: Resources, name: str) -> None:
+        self.inner, self.engine, self.name = resources.embedder, resources.engine, name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.inner, attr)
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        await delete_tenant(self.engine, self.name)
+        return list(await self.inner.embed(texts))
+
+
+@pytest.mark.parametrize("path", ["/v1/memories", "/v1/memories/batch"])
+async def test_a_write_its_tenant_was_deleted_under_answers_401_not_500(
+    resources: Resources, path: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Found by an exploratory probe: writes racing `tenants delete` answered 500 from a
+    foreign key violation, and logged a traceback with the tenant's ids."""
+    doomed = await create_tenant_key(resources)
+    racing = dataclasses.replace(resources, embedder=DeletingEmbedder(resources, doomed.name))
+    body: dict[str, Any] = {"content": "written as the tenant goes"}
+    async with make_client(racing, doomed.headers) as client:
+        resp = await client.post(path, json={"items": [body]} if path.endswith("batch")
+                                 else body)
+
+    assert resp.status_code == 401, resp.text
+    assert resp.headers["content-type"].startswith("application/problem+json")
+    assert resp.json()["detail"] == "the API key is not valid or has been revoked"
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert (await held(resources, doomed.tenant_id))["memories"] == 0

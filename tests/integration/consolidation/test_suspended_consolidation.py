@@ -1,14 +1,18 @@
 """A suspended tenant's background consolidation: a queued run that has not started is
-failed, saying why, with nothing written and no LLM call; an automatic run is skipped."""
+failed, saying why, with nothing written and no LLM call; an automatic run is skipped,
+and so is a deleted tenant's."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
+
+import pytest
 
 from app.consolidation.jobs import run_auto, run_queued
 from app.resources import Resources
-from app.tenants.service import resume, suspend
+from app.tenants.service import delete_tenant, resume, suspend
 from app.worker.registry import JobContext
 from tests.conftest import TenantKey, make_client
 from tests.integration.consolidation.conftest import GatedLLM, memory, seed, summaries
@@ -60,3 +64,20 @@ async def test_an_automatic_run_of_a_suspended_tenant_is_skipped(
         await run_auto(job, payload)
         (run,) = (await client.get("/v1/consolidations")).json()["items"]
         assert (run["status"], run["created"]) == ("succeeded", 1)
+
+
+async def test_an_automatic_run_of_a_deleted_tenant_is_dropped_not_retried(
+    resources: Resources, tenant: TenantKey, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Found by an exploratory probe: a job queued while its tenant was being deleted
+    failed on the run's foreign key at every try, for about two hours of tracebacks."""
+    async with make_client(resources, tenant.headers) as client:
+        await seed(client, [memory(f"note {i}", i) for i in range(4)])
+    await delete_tenant(resources.engine, tenant.name)
+    caplog.set_level(logging.INFO)
+
+    await run_auto(JobContext(resources, job_id=1, attempt=1, max_attempts=3),
+                   {"tenant_id": str(tenant.tenant_id), "user_id": "u1"})
+
+    assert "its tenant was deleted" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
