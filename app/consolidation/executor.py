@@ -76,13 +76,14 @@ def common_tags(entries: Sequence[Entry]) -> list[str]:
     return [t for t in entries[0].tags if t in shared]
 
 
-def last_expiry(entries: Sequence[Entry]) -> datetime | None:
-    """When a summary of `entries` expires: with the last of them, if every one expires.
-    A summary that outlived its sources served what had expired in search."""
-    ends = [e.expires_at for e in entries]
-    if not ends or any(end is None for end in ends):
-        return None
-    return max(end for end in ends if end is not None)
+def first_expiry(entries: Sequence[Entry]) -> datetime | None:
+    """When a summary of `entries` expires: with the first of them to expire. It holds
+    each one's text, which must not outlive it: a summary that lived as long as its
+    longest-lived source (or for ever, beside one that never expires) served a secret
+    stored for ten seconds in search for good. The others are not lost with it: the purge
+    of an expired summary brings back what it archived (`MemoryRepository.release`)."""
+    ends = [e.expires_at for e in entries if e.expires_at is not None]
+    return min(ends) if ends else None
 
 
 def common_metadata(entries: Sequence[Entry]) -> dict[str, Any]:
@@ -223,7 +224,7 @@ class GroupExecutor:
             "id": summary_id, "content": result.summary, **group.scope._asdict(),
             "category": group.category, "tags": common_tags(folded),
             "importance": self.resources.settings.consolidation_summary_importance,
-            "metadata": common_metadata(folded), "expires_at": last_expiry(folded),
+            "metadata": common_metadata(folded), "expires_at": first_expiry(folded),
             "source": "summary", "fact_role": "summary",
             "summary_of": list(result.represented_ids), "consolidation_id": self.run_id,
             "embedding": vector,

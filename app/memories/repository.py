@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from sqlalchemy import (
     ARRAY,
@@ -141,6 +141,18 @@ def live(now: Any = None) -> Any:
     return or_(Memory.expires_at.is_(None), Memory.expires_at > moment)
 
 
+class Gone(NamedTuple):
+    """A deleted memory, as much of it as releasing it takes (`MemoryRepository.release`):
+    a summary's sources and the run that wrote it; a fact's `summary_of` is empty."""
+
+    id: uuid.UUID
+    consolidation_id: uuid.UUID | None
+    summary_of: list[uuid.UUID]
+
+
+_GONE = (Memory.id, Memory.consolidation_id, Memory.summary_of)
+
+
 class MemoryRepository:
     def __init__(self, session: AsyncSession, tenant_id: uuid.UUID) -> None:
         self.session = session
@@ -181,43 +193,61 @@ class MemoryRepository:
         )
         return _one_or_none(await self.session.execute(stmt))
 
-    async def delete(self, memory_id: uuid.UUID) -> bool:
+    async def delete(self, memory_id: uuid.UUID) -> Gone | None:
         # An expired memory is absent to DELETE as to GET and PATCH: otherwise the answer
-        # (204 or 404) would depend on whether the maintenance purge had run yet.
+        # (204 or 404) would depend on whether the maintenance purge had run yet. Its
+        # summaries expired with it (`cap_summaries_expiry`, and consolidation's).
         stmt = (
             delete(Memory)
             .where(Memory.tenant_id == self.tenant_id, Memory.id == memory_id, live())
-            .returning(Memory.id)
+            .returning(*_GONE)
         )
-        return (await self.session.execute(stmt)).first() is not None
+        row = (await self.session.execute(stmt)).first()
+        return None if row is None else Gone(*row)
 
-    async def dissolve_summaries_of(self, gone: Sequence[uuid.UUID]) -> int:
-        """Delete every summary built from a memory of `gone` (deleted just now), or from
-        such a summary in turn, and bring back what each had archived: a deleted memory's
-        text must not live on in a summary that search keeps answering, and the other
-        memories the summary stood for are not lost with it. How many summaries went."""
-        dissolved: set[uuid.UUID] = set()
-        frontier = list(gone)
+    async def release(self, gone: Sequence[Gone]) -> int:
+        """After `gone` were deleted: delete every summary built from one of them, or from
+        such a summary in turn (a deleted memory's text must not live on in a summary
+        search keeps answering), and bring back what every summary that went had archived,
+        those of `gone` among them (the memories a summary stood for are not lost with
+        it). How many summaries were deleted here."""
+        left = {g.id for g in gone}
+        went = [g for g in gone if g.summary_of]
+        frontier = list(left)
         while frontier:
             rows = (await self.session.execute(
-                select(Memory.id, Memory.consolidation_id, Memory.summary_of)
+                select(*_GONE)
                 .where(Memory.tenant_id == self.tenant_id, Memory.fact_role == "summary",
                        Memory.summary_of.op("&&")(uuid_array(frontier)))
                 .with_for_update())).all()
             if not rows:
                 break
-            ids = [r.id for r in rows]
+            frontier = [r.id for r in rows]
             await self.session.execute(delete(Memory).where(
-                Memory.tenant_id == self.tenant_id, among(ids)))
-            dissolved.update(ids)
-            left = set(gone) | dissolved
-            for row in rows:
-                sources = [i for i in row.summary_of if i not in left]
-                if sources:
-                    await self.session.execute(
-                        unarchive(self.tenant_id, sources, row.consolidation_id))
-            frontier = ids
-        return len(dissolved)
+                Memory.tenant_id == self.tenant_id, among(frontier)))
+            left.update(frontier)
+            went.extend(Gone(*r) for r in rows)
+        for summary in went:
+            sources = [i for i in summary.summary_of if i not in left]
+            if sources:
+                await self.session.execute(
+                    unarchive(self.tenant_id, sources, summary.consolidation_id))
+        return len(left) - len(gone)
+
+    async def cap_summaries_expiry(self, memory_id: uuid.UUID, expires_at: datetime) -> None:
+        """Make every summary built from the memory, or from such a summary in turn,
+        expire no later than `expires_at`, the memory's new expiry: a summary holds its
+        sources' text, which must not outlive them."""
+        frontier = [memory_id]
+        while frontier:
+            frontier = list((await self.session.execute(
+                update(Memory)
+                .where(Memory.tenant_id == self.tenant_id, Memory.fact_role == "summary",
+                       Memory.summary_of.op("&&")(uuid_array(frontier)),
+                       or_(Memory.expires_at.is_(None), Memory.expires_at > expires_at))
+                .values(expires_at=expires_at)
+                .returning(Memory.id)
+                .execution_options(synchronize_session=False))).scalars())
 
     async def delete_versions(self, memory_id: uuid.UUID) -> int | None:
         """Erase the memory's earlier states; how many, or None when the memory is absent
@@ -246,18 +276,18 @@ class MemoryRepository:
             "key": USER_KEY + user_id})).scalar_one())
 
     async def delete_matching(self, filters: MemoryFilter,
-                              batch: int = DELETE_BATCH) -> list[uuid.UUID]:
-        """Delete every memory matching `filters`, expired ones too; their ids. In
-        statements of `batch` rows, all in the caller's transaction, until one deletes
-        none (rows a concurrent delete took would end it early on a short one)."""
+                              batch: int = DELETE_BATCH) -> list[Gone]:
+        """Delete every memory matching `filters`, expired ones too. In statements of
+        `batch` rows, all in the caller's transaction, until one deletes none (rows a
+        concurrent delete took would end it early on a short one)."""
         chosen = (select(Memory.id).where(Memory.tenant_id == self.tenant_id,
                                           *_matching(filters))
                   .limit(batch).scalar_subquery())
-        stmt = (delete(Memory).where(Memory.id.in_(chosen)).returning(Memory.id)
+        stmt = (delete(Memory).where(Memory.id.in_(chosen)).returning(*_GONE)
                 .execution_options(synchronize_session=False))
-        deleted: list[uuid.UUID] = []
-        while ids := list((await self.session.execute(stmt)).scalars()):
-            deleted.extend(ids)
+        deleted: list[Gone] = []
+        while rows := (await self.session.execute(stmt)).all():
+            deleted.extend(Gone(*r) for r in rows)
         return deleted
 
 
@@ -401,7 +431,9 @@ async def purge_expired(engine: AsyncEngine, batch: int = 1000) -> int:
     """Delete the memories past their expiry, across tenants (a maintenance job, not a
     request); how many. No reader can see them any more (`live`), but they still sat in
     the HNSW and full-text indexes, which a search then read past, and in BM25's term
-    statistics. `batch` rows a transaction, so no round holds many locks or makes the
+    statistics. Each tenant's are released as a delete's are (`MemoryRepository.release`):
+    a summary of an expired memory goes too, and what an expired summary had archived
+    comes back. `batch` rows a transaction, so no round holds many locks or makes the
     statistics triggers fold a huge change at once; rows a request has locked are skipped
     and left for the next round, so neither waits for the other."""
     expired = (
@@ -411,8 +443,20 @@ async def purge_expired(engine: AsyncEngine, batch: int = 1000) -> int:
         .limit(batch)
         .with_for_update(skip_locked=True)
     )
-    return await delete_in_batches(
-        engine, delete(Memory).where(Memory.id.in_(expired.scalar_subquery())), batch)
+    stmt = (delete(Memory).where(Memory.id.in_(expired.scalar_subquery()))
+            .returning(Memory.tenant_id, *_GONE))
+    total = 0
+    while True:
+        async with AsyncSession(engine) as session, session.begin():
+            rows = (await session.execute(stmt)).all()
+            by_tenant: dict[uuid.UUID, list[Gone]] = {}
+            for row in rows:
+                by_tenant.setdefault(row.tenant_id, []).append(Gone(*row[1:]))
+            for tenant_id, went in by_tenant.items():
+                await MemoryRepository(session, tenant_id).release(went)
+        total += len(rows)
+        if len(rows) < batch:
+            return total
 
 
 def uuid_array(ids: Sequence[uuid.UUID]) -> Any:

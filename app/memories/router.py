@@ -206,7 +206,8 @@ async def update_memory(memory_id: uuid.UUID, body: MemoryUpdate, request: Reque
                status_code=204, response_class=Response, responses=problems(404),
                description="Every summary built from it (directly, or through a later "
                "summary) is deleted with it, so its text does not live on in one, and what "
-               "such a summary had archived comes back to the active set.")
+               "such a summary, or the deleted memory if it is a summary, had archived "
+               "comes back to the active set.")
 async def delete_memory(memory_id: uuid.UUID, request: Request, session: SessionDep,
                         caller: CallerDep) -> Response:
     await _service(request, session, caller).delete(memory_id)
@@ -220,7 +221,8 @@ async def delete_memory(memory_id: uuid.UUID, request: Request, session: Session
                 "filters, as the listing reads them, all at once: facts and summaries, "
                 "archived and expired ones included (a user's request to be forgotten "
                 "leaves nothing behind), and every summary built from one of them, what "
-                "such a summary had archived coming back to the active set. A scope, "
+                "such a summary, or a deleted summary, had archived coming back to the "
+                "active set. A scope, "
                 "`tags`, `categories` or `metadata` "
                 "must be named; without one the whole tenant would go, and the answer is "
                 "422. Sessions are not memories: `deleteSessions` deletes a user's "

@@ -13,7 +13,7 @@ from app.cursors import cut_page, decode_cursor, decode_number_cursor
 from app.errors import NotFound, ValidationFailed
 from app.ids import uuid7
 from app.memories.capacity import CapacityBound
-from app.memories.repository import MemoryFilter, MemoryReader, MemoryRepository
+from app.memories.repository import Gone, MemoryFilter, MemoryReader, MemoryRepository
 from app.memories.schemas import (
     Memory,
     MemoryCreate,
@@ -99,17 +99,20 @@ class MemoryService:
         row = await self.repository.update(memory_id, values)
         if row is None:
             raise NotFound(f"memory {memory_id} does not exist")
+        if values.get("expires_at") is not None:
+            await self.repository.cap_summaries_expiry(memory_id, values["expires_at"])
         return Memory.model_validate(row)
 
     async def delete(self, memory_id: uuid.UUID) -> None:
-        if not await self.repository.delete(memory_id):
+        gone = await self.repository.delete(memory_id)
+        if gone is None:
             raise NotFound(f"memory {memory_id} does not exist")
-        await self._dissolve([memory_id])
+        await self._release([gone])
 
-    async def _dissolve(self, gone: Sequence[uuid.UUID]) -> None:
-        """Summaries that hold a deleted memory's text go with it, what they had archived
-        coming back (MemoryRepository.dissolve_summaries_of)."""
-        dissolved = await self.repository.dissolve_summaries_of(gone)
+    async def _release(self, gone: Sequence[Gone]) -> None:
+        """Summaries that hold a deleted memory's text go with it, and what a summary that
+        went had archived comes back (MemoryRepository.release)."""
+        dissolved = await self.repository.release(gone)
         if dissolved:
             log.info("deleted %d summaries of tenant %s built from deleted memories, and "
                      "brought back what they had archived", dissolved,
@@ -132,7 +135,7 @@ class MemoryService:
         deleted = await self.repository.delete_matching(replace(filters, include_archived=True))
         log.info("deleted %d memories of tenant %s matching %s", len(deleted),
                  self.repository.tenant_id, filters)
-        await self._dissolve(deleted)
+        await self._release(deleted)
         return len(deleted)
 
 

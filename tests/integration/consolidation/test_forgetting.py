@@ -93,3 +93,44 @@ async def test_a_bulk_delete_dissolves_the_summaries_of_what_it_deleted(
     assert (await client.get(f"/v1/memories/{summary}")).status_code == 404
     assert await active_ids(client, user_id="u1") == {ids[0], ids[2], ids[3]}
     await assert_consistent(resources, tenant.tenant_id)
+
+
+@pytest.mark.parametrize("how", ["by_id", "by_filter"])
+async def test_deleting_a_summary_brings_back_what_it_archived(
+    client: httpx.AsyncClient, resources: Resources, tenant: TenantKey, how: str,
+) -> None:
+    """Found by an exploratory probe: the memories an archive-mode summary stood for stayed
+    archived once it was deleted, out of search and listing, unless the run was reverted."""
+    ids = await seed(client, [memory(f"note {i}", i) for i in range(3)]
+                     + [memory("Alice owns billing", 3, importance=0.9),
+                        memory("Bob's note", 4, user_id="u2")])
+    run = await consolidate(client, user_id="u1", mode="archive")
+    summary = run["groups"][0]["summary_id"]
+    assert await active_ids(client, user_id="u1") == {ids[3], summary}
+
+    if how == "by_id":
+        assert (await client.delete(f"/v1/memories/{summary}")).status_code == 204
+    else:
+        deleted = await client.delete("/v1/memories",
+                                      params={"user_id": "u1", "fact_role": "summary"})
+        assert deleted.status_code == 200, deleted.text
+        assert deleted.json()["deleted"] == 1
+
+    assert await active_ids(client, user_id="u1") == set(ids[:4])
+    assert await active_ids(client, user_id="u2") == {ids[4]}
+    await assert_consistent(resources, tenant.tenant_id)
+
+
+async def test_erasing_a_user_deletes_what_their_summaries_archived_too(
+    client: httpx.AsyncClient,
+) -> None:
+    await seed(client, [memory(f"note {i}", i) for i in range(3)]
+               + [memory("Alice owns billing", 3, importance=0.9)])
+    await consolidate(client, user_id="u1", mode="archive")
+
+    deleted = await client.delete("/v1/memories", params={"user_id": "u1"})
+
+    assert deleted.json()["deleted"] == 5
+    listed = await client.get("/v1/memories", params={"user_id": "u1",
+                                                      "include_archived": "true"})
+    assert listed.json()["items"] == []

@@ -1,4 +1,6 @@
-"""A summary of memories that expire expires with the last of them."""
+"""A summary expires with the first of its sources to expire: it holds each one's text.
+The purge of an expired memory releases it as a delete does: a summary built from it goes
+too, and what an expired summary had archived comes back."""
 
 from __future__ import annotations
 
@@ -7,8 +9,14 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
+from sqlalchemy import text
 
+from app.memories.repository import purge_expired
+from app.resources import Resources
+from tests.conftest import TenantKey
 from tests.integration.consolidation.conftest import consolidate, get_memory, memory, seed
+from tests.integration.consolidation.test_modes_and_revert import active_ids
+from tests.integration.search.test_term_stats import assert_consistent
 
 
 def parse(value: str) -> datetime:
@@ -16,7 +24,7 @@ def parse(value: str) -> datetime:
 
 
 @pytest.mark.parametrize("mode", ["archive", "synthesize_only"])
-async def test_a_summary_of_expiring_memories_expires_with_the_last(
+async def test_a_summary_of_expiring_memories_expires_with_the_first(
     client: httpx.AsyncClient, mode: str
 ) -> None:
     # Found by an exploratory probe: the summary had no expiry, so search kept serving
@@ -32,24 +40,113 @@ async def test_a_summary_of_expiring_memories_expires_with_the_last(
     folded = group["folded_ids"]
     summary = await get_memory(client, group["summary_id"])
     sources = [await get_memory(client, i) for i in folded]
-    assert parse(summary["expires_at"]) == max(parse(s["expires_at"]) for s in sources)
+    assert parse(summary["expires_at"]) == min(parse(s["expires_at"]) for s in sources)
     await asyncio.sleep(max(0.0, (parse(summary["expires_at"]) - datetime.now(UTC))
                             .total_seconds()) + 0.3)
     assert (await client.get(f"/v1/memories/{group['summary_id']}")).status_code == 404
-    found = await client.post("/v1/search", json={"query": "temporary secret code",
+    found = await client.post("/v1/search", json={"query": "temporary secret code 990",
                                                   "user_id": "u1"})
     assert found.status_code == 200, found.text
-    assert found.json()["results"] == []
+    assert not [r for r in found.json()["results"] if "990" in r["memory"]["content"]]
 
 
-async def test_a_summary_of_memories_one_of_which_never_expires_never_expires(
+async def test_a_summary_beside_sources_that_never_expire_expires_with_the_one_that_does(
     client: httpx.AsyncClient,
 ) -> None:
-    later = (datetime.now(UTC) + timedelta(days=1)).isoformat()
-    await seed(client, [memory("note 0", 0, expires_at=later), memory("note 1", 1),
-                        memory("note 2", 2, expires_at=later), memory("note 3", 3)])
+    """Found by an exploratory probe: one source that never expired made the summary
+    never expire, and a card number stored for seconds stayed searchable in it for good."""
+    later = datetime.now(UTC) + timedelta(days=1)
+    await seed(client, [memory("note 0", 0, expires_at=(later + timedelta(hours=1)).isoformat()),
+                        memory("note 1", 1),
+                        memory("note 2", 2, expires_at=later.isoformat()),
+                        memory("note 3", 3)])
+
+    run = await consolidate(client, user_id="u1")
+
+    [group] = run["groups"]
+    assert parse((await get_memory(client, group["summary_id"]))["expires_at"]) == later
+
+
+async def test_a_summary_of_memories_none_of_which_expire_never_expires(
+    client: httpx.AsyncClient,
+) -> None:
+    await seed(client, [memory(f"note {i}", i) for i in range(4)])
 
     run = await consolidate(client, user_id="u1")
 
     [group] = run["groups"]
     assert (await get_memory(client, group["summary_id"]))["expires_at"] is None
+
+
+async def test_an_expiry_set_on_a_source_later_caps_every_summary_built_from_it(
+    client: httpx.AsyncClient,
+) -> None:
+    ids = await seed(client, [memory(f"note {i}", i) for i in range(3)]
+                     + [memory("card number ORCA-4111", 3), memory("kept", 4, importance=0.95)])
+    first = await consolidate(client, user_id="u1")
+    summary = first["groups"][0]["summary_id"]
+    await seed(client, [memory(f"later {i}", 10 + i, importance=0.9 if i == 0 else 0.5)
+                        for i in range(3)])
+    second = await consolidate(client, user_id="u1", include_summaries=True)
+    [group] = second["groups"]
+    assert summary in group["folded_ids"]
+    above = group["summary_id"]
+    end = datetime.now(UTC) + timedelta(hours=1)
+
+    changed = await client.patch(f"/v1/memories/{ids[3]}", json={"expires_at": end.isoformat()})
+    assert changed.status_code == 200, changed.text
+
+    for built in (summary, above):
+        assert parse((await get_memory(client, built))["expires_at"]) == end
+    # A later expiry of the source does not lift the summaries' cap.
+    later = (end + timedelta(days=1)).isoformat()
+    assert (await client.patch(f"/v1/memories/{ids[3]}",
+                               json={"expires_at": later})).status_code == 200
+    cleared = await client.patch(f"/v1/memories/{ids[3]}", json={"expires_at": None})
+    assert cleared.status_code == 200, cleared.text
+    assert parse((await get_memory(client, summary))["expires_at"]) == end
+
+
+async def expire_now(resources: Resources, memory_id: str) -> None:
+    async with resources.engine.begin() as conn:
+        await conn.execute(text(
+            "UPDATE memories SET expires_at = now() - interval '1 second' WHERE id = :id"),
+            {"id": memory_id})
+
+
+async def test_the_purge_of_a_source_takes_its_summary_and_brings_the_others_back(
+    client: httpx.AsyncClient, resources: Resources, tenant: TenantKey,
+) -> None:
+    ids = await seed(client, [memory("ships the parser on Friday", 0),
+                              memory("the door code is 4417", 1),
+                              memory("standup moved to 9:30", 2),
+                              memory("Alice owns billing", 3, importance=0.9)])
+    run = await consolidate(client, user_id="u1", mode="archive")
+    [group] = run["groups"]
+    assert ids[1] in group["folded_ids"]
+    await expire_now(resources, ids[1])
+
+    await purge_expired(resources.engine)
+
+    assert (await client.get(f"/v1/memories/{group['summary_id']}")).status_code == 404
+    assert await active_ids(client, user_id="u1") == {ids[0], ids[2], ids[3]}
+    await assert_consistent(resources, tenant.tenant_id)
+
+
+async def test_the_purge_of_an_expired_summary_brings_back_what_it_archived(
+    client: httpx.AsyncClient, resources: Resources, tenant: TenantKey,
+) -> None:
+    ids = await seed(client, [memory(f"note {i}", i) for i in range(3)]
+                     + [memory("kept", 3, importance=0.9)])
+    run = await consolidate(client, user_id="u1", mode="archive")
+    [group] = run["groups"]
+    assert await active_ids(client, user_id="u1") == {ids[3], group["summary_id"]}
+    await expire_now(resources, group["summary_id"])
+
+    assert await purge_expired(resources.engine) == 1
+
+    assert await active_ids(client, user_id="u1") == set(ids)
+    for memory_id in ids[:3]:
+        back = await get_memory(client, memory_id)
+        assert (back["archived_at"], back["consolidation_id"]) == (None, None)
+    await assert_consistent(resources, tenant.tenant_id)
