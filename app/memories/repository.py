@@ -275,6 +275,16 @@ class MemoryRepository:
             "t": self.tenant_id, "u": user_id, "keep": list(keep), "cap": cap,
             "key": USER_KEY + user_id})).scalar_one())
 
+    async def forget_write_counts(self, scope: dict[str, str]) -> None:
+        """Delete automatic consolidation's write counts (app/consolidation/auto.py) of every
+        scope within `scope` (scope columns and values): an erasure of the scope leaves no
+        row naming it. A count's key is its scope's four columns as a JSON array."""
+        preds = " AND ".join(f"(scope_key::jsonb ->> {SCOPE_COLUMNS.index(column)}) = :{column}"
+                             for column in scope)
+        await self.session.execute(text(
+            f"DELETE FROM scope_write_counters WHERE tenant_id = :tenant_id AND {preds}"),
+            {"tenant_id": self.tenant_id, **scope})
+
     async def delete_matching(self, filters: MemoryFilter,
                               batch: int = DELETE_BATCH) -> list[Gone]:
         """Delete every memory matching `filters`, expired ones too. In statements of

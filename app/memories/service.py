@@ -133,9 +133,17 @@ class MemoryService:
                 and not filters.tags and not filters.categories and not filters.metadata:
             raise ValidationFailed.on("query", DELETE_GUARD)
         deleted = await self.repository.delete_matching(replace(filters, include_archived=True))
+        # The metadata's values may be what was erased; its keys say what matched.
         log.info("deleted %d memories of tenant %s matching %s", len(deleted),
-                 self.repository.tenant_id, filters)
+                 self.repository.tenant_id,
+                 replace(filters, metadata=dict.fromkeys(filters.metadata or {}, "...")))
         await self._release(deleted)
+        scope = {c: v for c in SCOPE_COLUMNS if (v := getattr(filters, c)) is not None}
+        narrowed = (filters.tags, filters.categories, filters.fact_role, filters.metadata,
+                    filters.created_after, filters.created_before)
+        if scope and not any(narrowed):
+            # The whole scope went: nothing should name it, its write counts included.
+            await self.repository.forget_write_counts(scope)
         return len(deleted)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
+import logging
 import re
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -147,3 +149,29 @@ async def test_a_trigger_while_the_scope_s_run_is_running_queues_one_more(
         async with auto_resources.engine.begin() as conn:
             await conn.execute(text("DELETE FROM pgqueuer.pgqueuer WHERE dedupe_key LIKE :p"),
                                {"p": prefix})
+
+
+async def test_erasing_a_scope_forgets_its_write_counts_and_no_other(
+    auto_resources: Resources, auto_client: httpx.AsyncClient, tenant: TenantKey,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Found by an exploratory probe of erasure: the count of `["ivan",null,null,null]`
+    outlived `DELETE /v1/memories?user_id=ivan`, and went into tenant exports."""
+    await seed(auto_client, [memory("ivan's note", 0, user_id="ivan"),
+                             memory("ivan's agent note", 1, user_id="ivan", agent_id="a1"),
+                             memory("bob's note", 2, user_id="bob")])
+    await seed(auto_client, [memory("ivan's tagged note", 3, user_id="ivan",
+                                    metadata={"ticket": "ZEBRA-7731"})])
+    caplog.set_level(logging.INFO, logger="engram.memories")
+
+    tagged = await auto_client.delete("/v1/memories", params={
+        "user_id": "ivan", "metadata": json.dumps({"ticket": "ZEBRA-7731"})})
+    assert tagged.status_code == 200, tagged.text
+    # A delete narrowed past the scope leaves its counts; the log names no metadata value.
+    assert len(await written(auto_resources, tenant)) == 3
+    assert "ZEBRA" not in caplog.text and "ticket" in caplog.text
+
+    erased = await auto_client.delete("/v1/memories", params={"user_id": "ivan"})
+
+    assert erased.status_code == 200, erased.text
+    assert await written(auto_resources, tenant) == {'["bob",null,null,null]': 1}
