@@ -28,7 +28,8 @@ _YEAR = r"(\d{4})"
 
 _DAY_MONTH_YEAR = re.compile(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH},?\s+{_YEAR}\b", re.IGNORECASE)
 _MONTH_DAY_YEAR = re.compile(rf"\b{_MONTH}\s+{_DAY},?\s+{_YEAR}\b", re.IGNORECASE)
-_ISO = re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b")
+# Also the date of an ISO timestamp ("2023-05-08T10:00"), whose "T" is no word boundary.
+_ISO = re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})(?:\b|(?=T\d))")
 
 
 def query_dates(text: str) -> tuple[date, ...]:

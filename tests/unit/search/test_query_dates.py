@@ -21,6 +21,10 @@ MAY_8 = date(2023, 5, 8)
     ("on May 8th, 2023", (MAY_8,)),
     ("on 08 May 2023", (MAY_8,)),
     ("notes from 2023-05-08", (MAY_8,)),
+    # Found by an exploratory probe: a timestamp's date was not found.
+    ("what happened at 2023-05-08T10:00?", (MAY_8,)),
+    ("2023-05-08T10:00:00Z", (MAY_8,)),
+    ("build 2023-05-08Tx", ()),
     ("notes from 2023-5-8", (MAY_8,)),
     ("on Sept. 3, 2023", (date(2023, 9, 3),)),
     ("on 3 Sep 2023", (date(2023, 9, 3),)),
