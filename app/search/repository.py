@@ -21,7 +21,8 @@ archived, not expired):
   the others go through HNSW with pgvector's iterative scan. The choice is a one-time
   filter on a parameter, so only one branch runs. HNSW coming back with fewer rows than
   asked (a scope too sparse in the index for its scan limit) runs the statement again on
-  the exact branch. The same statement reads the rows of both lists.
+  the exact branch. The same statement reads the rows of both lists, and places them in
+  each (`_ranked`, app/search/list_ranks.py).
 
 The text statement needs no query vector, so the service runs it while the query is
 embedded: a search waits for one round trip after the embedding, as with a single
@@ -49,6 +50,7 @@ from app.memories.repository import ANSWER_KEYS, ANSWER_SQL, LIVE_SQL, answer_re
 from app.memories.schemas import Memory
 from app.models import SCOPE_COLUMNS
 from app.models.vector import vector_text
+from app.search.list_ranks import shared_places, with_rows_missed
 from app.search.term_stats import CATEGORY_KEY, TAG_KEY, USER_KEY
 from app.search.vector_path import prefers_exact
 
@@ -112,6 +114,7 @@ class TextMatches:
     ids: tuple[uuid.UUID, ...] = ()
     scores: tuple[float, ...] = ()
     day_only: tuple[bool, ...] = ()  # matched by the row's day words alone
+    versions: tuple[int, ...] = ()  # each row's `version` when it was scored
     scope_rows: float = 0.0
     index_rows: float = 0.0
 
@@ -128,9 +131,9 @@ class RetrievedRow(NamedTuple):
     created_at: datetime
     fact_role: str
     columns: Sequence[Any]
-    vector_rank: int | None
+    vector_rank: float | None  # a place: tied rows share the mean of theirs
     vector_similarity: float | None
-    text_rank: int | None
+    text_rank: float | None
     text_score: float | None
     covered_days: tuple[date, ...] = ()
     covers: tuple[uuid.UUID, ...] = ()
@@ -209,7 +212,7 @@ matched AS MATERIALIZED (
     -- A small scope: every row of it that holds a query term. ts_match_vq is @@ as a
     -- function, which no index matches: the planner filters the scope's rows instead
     -- of building a GIN bitmap over the whole tenant.
-    SELECT m.id, m.tsv FROM memories m
+    SELECT m.id, m.tsv, m.version FROM memories m
     WHERE {where} AND (SELECT yes FROM small)
       AND ts_match_vq(m.tsv, (SELECT any_term FROM query))
     UNION ALL
@@ -269,6 +272,10 @@ SELECT (SELECT yes FROM small) AS small,
        coalesce((SELECT array_agg(NOT ts_match_vq(mt.tsv, (SELECT content_term FROM query))
                                   ORDER BY t.score DESC, t.id)
                  FROM txt t JOIN matched mt ON mt.id = t.id), '{{}}') AS day_only,
+       -- The state each was scored in: the vector statement, in a later snapshot, drops
+       -- the text list's place of a row changed since (its text may no longer match).
+       coalesce((SELECT array_agg(mt.version ORDER BY t.score DESC, t.id)
+                 FROM txt t JOIN matched mt ON mt.id = t.id), '{{}}') AS versions,
        -- An upper bound of the scope's active rows: its counted rows when fewer than the
        -- cap, else the tenant's rows; and no more than its tags' or categories' rows in
        -- the tenant (see `_filter_rows`).
@@ -284,10 +291,10 @@ SELECT (SELECT yes FROM small) AS small,
 _VECTOR_SQL = """
 WITH
 txt AS MATERIALIZED (
-    SELECT t.id, t.score, t.day_only, t.rank
+    SELECT t.id, t.score, t.day_only, t.version, t.rank
     FROM unnest(CAST(:text_ids AS uuid[]), CAST(:text_scores AS float8[]),
-                CAST(:text_day_only AS boolean[]))
-         WITH ORDINALITY AS t(id, score, day_only, rank)
+                CAST(:text_day_only AS boolean[]), CAST(:text_versions AS int[]))
+         WITH ORDINALITY AS t(id, score, day_only, version, rank)
 ),
 -- The vector half. In a large scope every filter is unindexed (see `_where`), so the only
 -- plan is the HNSW scan, in a generic plan too.
@@ -312,7 +319,8 @@ vec AS MATERIALIZED (
 -- A FULL JOIN can only be hashed or merged: the planner, which guesses 10 rows for the
 -- unnested text list, otherwise joined it in a nested loop (12,000 comparisons, ~2 ms).
 SELECT {columns}, vec.rank AS vector_rank, 1 - vec.dist AS vector_similarity,
-       txt.rank AS text_rank, txt.score AS text_score, txt.day_only AS text_day_only
+       txt.rank AS text_rank, txt.score AS text_score, txt.day_only AS text_day_only,
+       m.version = txt.version AS text_current, 1 - m.text_dist AS text_row_similarity
 FROM vec FULL JOIN txt ON txt.id = vec.id
 -- Each listed row by its id, and the filter again for the text list's rows (the text
 -- statement ran in an earlier snapshot: a row may have been archived, expired or moved
@@ -322,15 +330,22 @@ FROM vec FULL JOIN txt ON txt.id = vec.id
 -- not yet analysed, or many small tenants) a plain join scanned the whole tenant for the
 -- join (27 ms at 2,000 rows), and a lookup through the primary key tied with
 -- ix_memories_tenant_category, which reads the tenant's entries for every row.
+-- A text list row changed since it was scored is left out unless the vector list has it
+-- too; one the vector list lacks gets its similarity, in case the HNSW scan missed it
+-- (see app/search/list_ranks.py).
 CROSS JOIN LATERAL (
-    SELECT {columns} FROM memories m
+    SELECT {columns}, m.version,
+           CASE WHEN vec.id IS NULL THEN m.embedding <=> CAST(:q AS halfvec(384)) END
+             AS text_dist
+    FROM memories m
     WHERE m.id = coalesce(vec.id, txt.id) AND {where_unindexed}
+      AND (vec.id IS NOT NULL OR m.version = txt.version)
     OFFSET 0
 ) m
 """
 
 # One branch of the large scope's match: `keys`, full-text index keys of the scope.
-_RARE_TERM_ROWS = """SELECT m.id, m.tsv FROM memories m
+_RARE_TERM_ROWS = """SELECT m.id, m.tsv, m.version FROM memories m
      WHERE {where_unindexed} AND NOT (SELECT yes FROM small)
        AND m.tsv @@ (SELECT q FROM rare_terms) AND {keys}"""
 
@@ -640,11 +655,11 @@ class SearchRepository:
             "b": limits.bm25_b,
             "exact_cost_ratio": limits.exact_cost_ratio,
         }
-        ((small, ids, scores, day_only, scope_rows, index_rows),) = await self._fetch(
-            _TEXT_SQL, filters, params, self._sizes(limits, 0), probe=True)
+        ((small, ids, scores, day_only, versions, scope_rows, index_rows),) = (
+            await self._fetch(_TEXT_SQL, filters, params, self._sizes(limits, 0), probe=True))
         return TextMatches(small=small, ids=tuple(ids), scores=tuple(scores),
-                           day_only=tuple(day_only), scope_rows=scope_rows,
-                           index_rows=index_rows or 0.0)
+                           day_only=tuple(day_only), versions=tuple(versions),
+                           scope_rows=scope_rows, index_rows=index_rows or 0.0)
 
     async def candidates(
         self,
@@ -665,6 +680,7 @@ class SearchRepository:
             "text_ids": list(text.ids),
             "text_scores": list(text.scores),
             "text_day_only": list(text.day_only) or [False] * len(text.ids),
+            "text_versions": list(text.versions),
         }
         result = await self._fetch(_VECTOR_SQL, filters, params, sizes)
         # By position, as in _VECTOR_SQL: the memory's columns, its covered days, the ranks.
@@ -675,11 +691,26 @@ class SearchRepository:
             # it costs a second statement, only then.
             params["small"] = True
             result = await self._fetch(_VECTOR_SQL, filters, params, sizes)
-        return [
-            RetrievedRow(row[_ID], row[_IMPORTANCE], row[_CREATED_AT], row[_FACT_ROLE],
-                         row[:n], row[n + 1], row[n + 2], row[n + 3], row[n + 4],
-                         tuple(row[n]) if row[n] else (),
-                         tuple(row[_SUMMARY_OF]) if row[_SUMMARY_OF] else (),
-                         bool(row[n + 5]))
-            for row in result
-        ]
+        return _ranked(result, n)
+
+
+def _ranked(result: Sequence[Sequence[Any]], n: int) -> list[RetrievedRow]:
+    """The vector statement's rows, placed in each list by their scores (see
+    app/search/list_ranks.py). By position, as in _VECTOR_SQL: the memory's columns, its
+    covered days, the vector list's place and similarity, the text list's place, score
+    and day-only flag, whether the row is as the text list scored it, and the similarity
+    of a text list row the vector list lacks."""
+    similarities = {row[_ID]: row[n + 2] for row in result if row[n + 1] is not None}
+    similarities = with_rows_missed(similarities, {
+        row[_ID]: row[n + 7] for row in result if row[n + 1] is None and row[n + 6]})
+    texts = {row[_ID]: row[n + 4] for row in result if row[n + 3] is not None and row[n + 6]}
+    vector_ranks, text_ranks = shared_places(similarities), shared_places(texts)
+    return [
+        RetrievedRow(row[_ID], row[_IMPORTANCE], row[_CREATED_AT], row[_FACT_ROLE],
+                     row[:n], vector_ranks.get(row[_ID]), similarities.get(row[_ID]),
+                     text_ranks.get(row[_ID]), texts.get(row[_ID]),
+                     tuple(row[n]) if row[n] else (),
+                     tuple(row[_SUMMARY_OF]) if row[_SUMMARY_OF] else (),
+                     bool(row[n + 5]) and row[_ID] in texts)
+        for row in result
+    ]

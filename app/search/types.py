@@ -37,9 +37,9 @@ class Candidate:
     importance: float
     created_at: datetime
     fact_role: str
-    vector_rank: int | None = None
+    vector_rank: float | None = None
     vector_similarity: float | None = None
-    text_rank: int | None = None
+    text_rank: float | None = None
     text_score: float | None = None
     # A summary's: the days of the facts it covers (its created_at is when it was written).
     covered_days: tuple[date, ...] = ()
@@ -74,8 +74,8 @@ class Candidate:
     @classmethod
     def retrieved(
         cls, memory_id: uuid.UUID, payload: object, importance: float, created_at: datetime,
-        fact_role: str, vector_rank: int | None, vector_similarity: float | None,
-        text_rank: int | None, text_score: float | None,
+        fact_role: str, vector_rank: float | None, vector_similarity: float | None,
+        text_rank: float | None, text_score: float | None,
         covered_days: tuple[date, ...] = (), covers: tuple[uuid.UUID, ...] = (),
         text_day_only: bool = False,
     ) -> Candidate:
@@ -105,8 +105,8 @@ _new = object.__new__
 
 def _built(
     memory_id: uuid.UUID, payload: object, importance: float, created_at: datetime,
-    fact_role: str, vector_rank: int | None, vector_similarity: float | None,
-    text_rank: int | None, text_score: float | None, covered_days: tuple[date, ...],
+    fact_role: str, vector_rank: float | None, vector_similarity: float | None,
+    text_rank: float | None, text_score: float | None, covered_days: tuple[date, ...],
     covers: tuple[uuid.UUID, ...], text_day_only: bool, score: float,
     explanation: Explanation,
 ) -> Candidate:

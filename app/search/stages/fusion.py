@@ -57,7 +57,7 @@ class ReciprocalRankFusion:
         }
         return c.rescored(score, self.name, details)
 
-    def _term(self, weight: float, rank: int | None) -> float:
+    def _term(self, weight: float, rank: float | None) -> float:
         if rank is None:
             return 0.0
         if rank < 1:

@@ -240,6 +240,26 @@ async def test_results_are_ordered_by_score_and_carry_no_explanation_by_default(
     assert set(first) >= {"id", "content", "fact_role", "created_at", "summary_of"}
 
 
+async def test_two_copies_of_a_fact_score_alike_and_the_newer_comes_first(
+    client: httpx.AsyncClient,
+) -> None:
+    """Found by an exploratory probe: each list placed the older copy first (ids are
+    time-ordered), and fusion made that place a score up to twice the newer's."""
+    fact = {"content": "The user's favourite colour is teal", "user_id": "u1"}
+    (older,) = await seed(client, [fact])
+    (newer,) = await seed(client, [fact])
+    await seed(client, [{"content": f"The user had lunch at noon on day {i}", "user_id": "u1"}
+                        for i in range(5)])
+
+    answer = await search(client, "what is the user's favourite colour?", user_id="u1",
+                          explain=True)
+
+    first, second = answer["results"][:2]
+    assert [first["memory"]["id"], second["memory"]["id"]] == [newer["id"], older["id"]]
+    assert first["score"] == pytest.approx(second["score"], abs=1e-6)
+    assert first["explanation"]["fusion"] == second["explanation"]["fusion"]
+
+
 async def test_a_result_is_the_memory_as_stored(client: httpx.AsyncClient) -> None:
     """Every field comes back as GET answers it: metadata (JSON text until the result is
     built), tags, scope, timestamps."""
@@ -828,7 +848,7 @@ async def test_a_small_scope_of_a_large_tenant_still_returns_top_k(
     assert {r["memory"]["user_id"] for r in answer["results"]} == {"target"}
     fusion = [r["explanation"]["fusion"] for r in answer["results"]]
     assert all(f["text_rank"] is None for f in fusion)
-    assert sorted(f["vector_rank"] for f in fusion) == list(range(1, 11))
+    assert all(f["vector_rank"] is not None for f in fusion)
     scoped_ids = {m["id"] for m in scoped}
     assert set(ids_of(answer)) <= scoped_ids
 
@@ -1151,8 +1171,9 @@ async def test_top_k_above_the_vector_depth_is_still_filled(
         answer = await search(c, "zebra quokka", user_id="u1", top_k=25, explain=True)
 
     assert len(answer["results"]) == 25
-    assert sorted(r["explanation"]["fusion"]["vector_rank"] for r in answer["results"]) == list(
-        range(1, 26))
+    # Every row is as far from "zebra quokka" (the test embedder's vectors share none of
+    # its words), so all share one place: each result came by the vector list.
+    assert len({r["explanation"]["fusion"]["vector_rank"] for r in answer["results"]}) == 1
 
 
 async def test_a_scope_the_hnsw_scan_gives_up_on_is_ranked_exactly(
@@ -1195,8 +1216,9 @@ async def test_a_scope_the_hnsw_scan_gives_up_on_is_ranked_exactly(
     assert len(vector_rows) == 2, vector_rows
     assert vector_rows[0] < 40 == vector_rows[1], vector_rows
     assert len(answer["results"]) == 25
-    assert sorted(r["explanation"]["fusion"]["vector_rank"] for r in answer["results"]) == list(
-        range(1, 26))
+    # Every row is as far from "zebra quokka" (the test embedder's vectors share none of
+    # its words), so all share one place: each result came by the vector list.
+    assert len({r["explanation"]["fusion"]["vector_rank"] for r in answer["results"]}) == 1
     assert ids_of(answer) == ids_of(exact)
 
 
