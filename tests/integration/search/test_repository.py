@@ -56,13 +56,19 @@ async def update(resources: Resources, sql: str, memory_id: str) -> None:
         await session.commit()
 
 
+async def bees_matched(resources: Resources, client: httpx.AsyncClient, tenant: TenantKey,
+                       ) -> tuple[list[dict[str, Any]], SearchRepository, TextMatches]:
+    """ROWS stored, and the text statement's list for "bees" in Alice's scope."""
+    created = await seed(client)
+    repo = await repository(resources, tenant)
+    return created, repo, await repo.text_matches("bees", ALICE, LIMITS)
+
+
 async def test_the_text_list_feeds_the_vector_statement(
     resources: Resources, client: httpx.AsyncClient, tenant: TenantKey,
 ) -> None:
-    created = await seed(client)
-    repo = await repository(resources, tenant)
+    created, repo, matches = await bees_matched(resources, client, tenant)
 
-    matches = await repo.text_matches("bees", ALICE, LIMITS)
     rows = await vector_statement(resources, repo, matches)
 
     alice_ids = {uuid.UUID(m["id"]) for m in created[:3]}
@@ -82,9 +88,7 @@ async def test_the_text_list_feeds_the_vector_statement(
 async def test_a_row_archived_expired_or_moved_after_the_text_statement_is_dropped(
     resources: Resources, client: httpx.AsyncClient, tenant: TenantKey,
 ) -> None:
-    created = await seed(client)
-    repo = await repository(resources, tenant)
-    matches = await repo.text_matches("bees", ALICE, LIMITS)
+    created, repo, matches = await bees_matched(resources, client, tenant)
     assert len(matches.ids) == 3
 
     await update(resources, "UPDATE memories SET archived_at = now() WHERE id = :id",
@@ -158,9 +162,7 @@ async def test_a_text_row_changed_after_the_text_statement_loses_its_text_place(
 async def test_a_row_in_both_lists_changed_after_the_text_statement_keeps_its_vector_place(
     resources: Resources, client: httpx.AsyncClient, tenant: TenantKey,
 ) -> None:
-    created = await seed(client)
-    repo = await repository(resources, tenant)
-    matches = await repo.text_matches("bees", ALICE, LIMITS)
+    created, repo, matches = await bees_matched(resources, client, tenant)
     await update(resources, "UPDATE memories SET content = 'Alice keeps wasps' WHERE id = :id",
                  created[0]["id"])
 
