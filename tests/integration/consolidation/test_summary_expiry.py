@@ -150,3 +150,27 @@ async def test_the_purge_of_an_expired_summary_brings_back_what_it_archived(
         back = await get_memory(client, memory_id)
         assert (back["archived_at"], back["consolidation_id"]) == (None, None)
     await assert_consistent(resources, tenant.tenant_id)
+
+
+async def test_the_purge_gives_way_to_a_request_holding_a_summary_it_would_release(
+    client: httpx.AsyncClient, resources: Resources, tenant: TenantKey,
+) -> None:
+    """A request holding a summary (a revert, which then waits for its sources) would
+    deadlock with the purge, which holds an expired source and waits for the summary:
+    the purge waits 200 ms at most, and takes the batch again in its next round."""
+    ids = await seed(client, [memory(f"note {i}", i) for i in range(3)]
+                     + [memory("kept", 3, importance=0.9)])
+    run = await consolidate(client, user_id="u1", mode="archive")
+    summary = run["groups"][0]["summary_id"]
+    await expire_now(resources, ids[0])
+
+    async with resources.engine.connect() as holder:
+        await holder.execute(text("SELECT 1 FROM memories WHERE id = :id FOR UPDATE"),
+                             {"id": summary})
+        assert await purge_expired(resources.engine) == 0
+        await holder.rollback()
+
+    assert await purge_expired(resources.engine) == 1
+    assert (await client.get(f"/v1/memories/{summary}")).status_code == 404
+    assert await active_ids(client, user_id="u1") == {ids[1], ids[2], ids[3]}
+    await assert_consistent(resources, tenant.tenant_id)
