@@ -175,6 +175,15 @@ _FOREIGN_KEY_VIOLATION = "23503"
 _TENANT_FOREIGN_KEY = re.compile(r'foreign key constraint "fk_\w+_tenant_id_tenants"')
 
 
+# A deadlock, or a serialisable transaction's conflict: the server rolled the request's
+# transaction back, so it changed nothing, and the same request may well pass now.
+_COLLISIONS = {"40P01", "40001"}
+
+
+def _collided(exc: BaseException) -> bool:
+    return getattr(getattr(exc, "orig", exc), "sqlstate", None) in _COLLISIONS
+
+
 def _tenant_gone(exc: BaseException) -> bool:
     """A write refused for want of its tenant: the tenant was deleted while the request,
     admitted just before, was under way."""
@@ -357,6 +366,12 @@ async def unexpected_problem(request: Request, exc: Exception) -> JSONResponse:
                     request.url.path, exc)
         return app_error_response(DatabaseUnavailable(
             "the database could not be reached; retry later"))
+    if _collided(exc):
+        log.warning("database collision during %s %s: %s", request.method,
+                    request.url.path, type(exc).__name__)
+        return app_error_response(DatabaseBusy(
+            "the request collided with a concurrent one in the database and changed "
+            "nothing; retry it"))
     if _tenant_gone(exc):
         # What the tenant's next request is told, now that its keys went with it.
         log.info("tenant deleted during %s %s", request.method, request.url.path)

@@ -8,8 +8,11 @@ it; `summary_of` named the deleted id."""
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 import pytest
+from sqlalchemy import text
 
 from app.resources import Resources
 from tests.conftest import TenantKey
@@ -134,3 +137,30 @@ async def test_erasing_a_user_deletes_what_their_summaries_archived_too(
     listed = await client.get("/v1/memories", params={"user_id": "u1",
                                                       "include_archived": "true"})
     assert listed.json()["items"] == []
+
+
+async def test_a_delete_that_deadlocks_answers_503_and_changes_nothing(
+    client: httpx.AsyncClient, resources: Resources,
+) -> None:
+    """The delete holds its memory and waits for the summary to dissolve; a transaction
+    holding that summary then waits for the memory (as a revert does). PostgreSQL aborts
+    the delete, which waited first: it changed nothing, so the answer says retry, not 500."""
+    ids = await seed(client, [memory(f"note {i}", i) for i in range(3)]
+                     + [memory("kept", 3, importance=0.9)])
+    run = await consolidate(client, user_id="u1", mode="archive")
+    summary = run["groups"][0]["summary_id"]
+
+    async with resources.engine.connect() as holder:
+        await holder.execute(text("SELECT 1 FROM memories WHERE id = :id FOR UPDATE"),
+                             {"id": summary})
+        deleting = asyncio.create_task(client.delete(f"/v1/memories/{ids[0]}"))
+        await asyncio.sleep(0.3)  # the delete now waits for the summary
+        await holder.execute(text("UPDATE memories SET importance = importance "
+                                  "WHERE id = :id"), {"id": ids[0]})
+        resp = await asyncio.wait_for(deleting, 10)
+        await holder.rollback()
+
+    assert resp.status_code == 503, resp.text
+    assert resp.json()["type"].endswith("/database_busy")
+    assert resp.headers["retry-after"] == "1"
+    assert (await client.get(f"/v1/memories/{ids[0]}")).status_code == 200
