@@ -32,8 +32,10 @@ from sqlalchemy import (
 )
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
+from sqlalchemy.dialects.postgresql import array
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.orm import aliased
 
 from app.db import Fetcher, delete_in_batches, jsonb
 from app.models import SCOPE_COLUMNS, Memory, MemoryVersion
@@ -501,10 +503,21 @@ def among(ids: Sequence[uuid.UUID]) -> ColumnElement[bool]:
 def unarchive(tenant_id: uuid.UUID, ids: Sequence[uuid.UUID], run_id: uuid.UUID | None) -> Any:
     """Bring back those of `ids` the run `run_id` archived, as a revert of it does: the
     facts it archived (they carry its id) and any prior summary it folded (which keeps
-    the id of the run that wrote it)."""
+    the id of the run that wrote it, so which run archived it is not recorded) unless an
+    active summary folds it now: a later run archived it again, and bringing it back
+    would serve it beside the summary standing for it. Call it after the summaries that
+    go are deleted."""
+    folder = aliased(Memory)
+    folded_now = (select(folder.id)
+                  .where(folder.tenant_id == tenant_id, folder.fact_role == "summary",
+                         folder.archived_at.is_(None),
+                         # ix_memories_summary_of (GIN) serves @>, not = ANY.
+                         folder.summary_of.op("@>")(array([Memory.id])))
+                  .exists())
     return (update(Memory)
             .where(Memory.tenant_id == tenant_id, among(ids), Memory.archived_at.is_not(None),
-                   (Memory.fact_role == "summary") | (Memory.consolidation_id == run_id))
+                   ((Memory.fact_role == "summary") & ~folded_now)
+                   | (Memory.consolidation_id == run_id))
             .values(archived_at=None,
                     consolidation_id=case((Memory.fact_role == "fact", None),
                                           else_=Memory.consolidation_id))

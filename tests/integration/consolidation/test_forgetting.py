@@ -9,6 +9,7 @@ it; `summary_of` named the deleted id."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import httpx
 import pytest
@@ -164,3 +165,64 @@ async def test_a_delete_that_deadlocks_answers_503_and_changes_nothing(
     assert resp.json()["type"].endswith("/database_busy")
     assert resp.headers["retry-after"] == "1"
     assert (await client.get(f"/v1/memories/{ids[0]}")).status_code == 200
+
+
+async def folded_again(client: httpx.AsyncClient) -> tuple[str, dict[str, Any], str]:
+    """A summary P (run 1), folded by run 2's summary, which is deleted (P comes back),
+    then folded again by run 3's summary S3: (P, run 2, S3)."""
+    await seed(client, [memory(f"note {i}", i) for i in range(3)]
+               + [memory("kept", 3, importance=0.95)])
+    first = await consolidate(client, user_id="u1")
+    prior = first["groups"][0]["summary_id"]
+    await seed(client, [memory(f"later {i}", 10 + i, importance=0.9 if i == 0 else 0.5)
+                        for i in range(3)])
+    second = await consolidate(client, user_id="u1", include_summaries=True)
+    assert prior in second["groups"][0]["folded_ids"]
+    assert (await client.delete(f"/v1/memories/{second['groups'][0]['summary_id']}")
+            ).status_code == 204
+    await seed(client, [memory(f"last {i}", 20 + i, importance=0.92 if i == 0 else 0.5)
+                        for i in range(3)])
+    third = await consolidate(client, user_id="u1", include_summaries=True)
+    [group] = [g for g in third["groups"] if prior in g["folded_ids"]]
+    return prior, second, group["summary_id"]
+
+
+async def test_a_revert_leaves_archived_a_prior_summary_a_later_run_folded_again(
+    client: httpx.AsyncClient, resources: Resources, tenant: TenantKey,
+) -> None:
+    """Found by an exploratory probe: reverting run 2 brought its prior summary back
+    beside run 3's summary, which stands for it, and search served both."""
+    prior, second, third = await folded_again(client)
+
+    reverted = await client.post(f"/v1/consolidations/{second['id']}/revert")
+
+    assert reverted.status_code == 200, reverted.text
+    active = await active_ids(client, user_id="u1")
+    assert third in active
+    assert prior not in active
+    await assert_consistent(resources, tenant.tenant_id)
+
+
+async def test_deleting_a_summary_leaves_archived_a_prior_summary_another_folds(
+    client: httpx.AsyncClient,
+) -> None:
+    """A synthesize-only summary X folds P; an archive run then archives P into S3;
+    deleting X must not bring P back beside S3."""
+    await seed(client, [memory(f"note {i}", i, tags=["t1"]) for i in range(3)]
+               + [memory("kept", 3, importance=0.95, tags=["t1"])])
+    first = await consolidate(client, user_id="u1")
+    prior = first["groups"][0]["summary_id"]
+    await seed(client, [memory("eagles", 10, importance=0.9), memory("frogs", 11)])
+    synth = await consolidate(client, user_id="u1", include_summaries=True,
+                              mode="synthesize_only")
+    over = synth["groups"][0]["summary_id"]
+    await seed(client, [memory("hats", 12, importance=0.97, tags=["t1"])])
+    archived = await consolidate(client, user_id="u1", tags=["t1"], include_summaries=True,
+                                 group_threshold=2)
+    [group] = [g for g in archived["groups"] if prior in g["folded_ids"]]
+
+    assert (await client.delete(f"/v1/memories/{over}")).status_code == 204
+
+    active = await active_ids(client, user_id="u1")
+    assert group["summary_id"] in active
+    assert prior not in active
