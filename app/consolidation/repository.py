@@ -21,6 +21,7 @@ from sqlalchemy import (
     exists,
     func,
     insert,
+    or_,
     select,
     text,
     tuple_,
@@ -34,7 +35,7 @@ from sqlalchemy.orm import aliased
 from app.consolidation.schemas import ConsolidationRequest
 from app.consolidation.types import Entry, Partitioning, Scope
 from app.memories.repository import among, live, unarchive
-from app.models import ConsolidationRun, Memory
+from app.models import ConsolidationRun, Memory, MemoryVersion
 from app.worker.queue import job_pending
 
 
@@ -197,8 +198,17 @@ class ConsolidationRepository:
     # Revert -------------------------------------------------------------------------
 
     async def lock_summaries(self, ids: Sequence[uuid.UUID]) -> list[SummaryState]:
-        """The run's surviving summaries, locked."""
-        stmt = (select(Memory.id, (Memory.updated_at > Memory.created_at).label("edited"))
+        """The run's surviving summaries, locked. One is edited if it changed since it was
+        written, its expiry aside: the service moves that itself (a source's expiry caps
+        its summaries'), and a revert deletes summaries anyway. Without its earlier
+        states to tell (history off or erased), any change counts."""
+        states = select(MemoryVersion).where(MemoryVersion.tenant_id == Memory.tenant_id,
+                                             MemoryVersion.memory_id == Memory.id)
+        written = or_(*(getattr(MemoryVersion, c).is_distinct_from(getattr(Memory, c))
+                        for c in ("content", "category", "tags", "importance", "metadata_")))
+        edited = ((Memory.updated_at > Memory.created_at)
+                  & (~states.exists() | states.where(written).exists()))
+        stmt = (select(Memory.id, edited.label("edited"))
                 .where(Memory.tenant_id == self.tenant_id, among(ids),
                        Memory.fact_role == "summary")
                 .order_by(Memory.id).with_for_update(of=Memory))

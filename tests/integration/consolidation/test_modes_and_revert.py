@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import httpx
 
 from app.resources import Resources
@@ -168,6 +170,27 @@ async def test_revert_is_refused_while_a_summary_holds_a_clients_edit(
     # Deleting the summary, as the answer says, lets the revert restore the sources.
     assert (await client.delete(f"/v1/memories/{summary_id}")).status_code == 204
     assert (await client.post(f"/v1/consolidations/{run['id']}/revert")).status_code == 200
+    assert await active_ids(client, user_id="u1") == set(ids)
+
+
+async def test_a_summarys_expiry_moved_by_its_sources_does_not_refuse_the_revert(
+    client: httpx.AsyncClient,
+) -> None:
+    """Found by an exploratory re-probe: a source's expiry set later caps its summary's
+    (the service's own change), and the revert then answered 409 as if a client had
+    edited the summary."""
+    ids = await seed(client, [memory(f"note {i}", i) for i in range(4)])
+    run = await consolidate(client, user_id="u1")
+    summary_id = run["groups"][0]["summary_id"]
+    source = run["groups"][0]["folded_ids"][0]
+    later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    capped = await client.patch(f"/v1/memories/{source}", json={"expires_at": later})
+    assert capped.status_code == 200, capped.text
+    assert (await get_memory(client, summary_id))["expires_at"] is not None
+
+    resp = await client.post(f"/v1/consolidations/{run['id']}/revert")
+
+    assert resp.status_code == 200, resp.text
     assert await active_ids(client, user_id="u1") == set(ids)
 
 
