@@ -243,6 +243,18 @@ class MemoryRepository:
                     unarchive(self.tenant_id, sources, summary.consolidation_id))
         return len(left) - len(gone)
 
+    async def sources_first_expiry(self, memory_id: uuid.UUID) -> datetime | None:
+        """When the first of a summary's sources expires (None for a fact, or when none
+        expires)."""
+        source = aliased(Memory)
+        return cast(datetime | None, await self.session.scalar(
+            select(func.min(source.expires_at))
+            .select_from(Memory)
+            .join(source, and_(source.tenant_id == Memory.tenant_id,
+                               source.id == any_(Memory.summary_of)))
+            .where(Memory.tenant_id == self.tenant_id, Memory.id == memory_id,
+                   Memory.fact_role == "summary")))
+
     async def cap_summaries_expiry(self, memory_id: uuid.UUID, expires_at: datetime) -> None:
         """Make every summary built from the memory, or from such a summary in turn,
         expire no later than `expires_at`, the memory's new expiry: a summary holds its

@@ -196,7 +196,12 @@ async def list_memories(
 
 
 @router.patch("/{memory_id}", operation_id="updateMemory", summary="Change a memory",
-              response_model=Memory, responses=problems(404, 502))
+              response_model=Memory, responses=problems(404, 502),
+              description="A summary holds its sources' text, so it does not outlive them: "
+              "an `expires_at` set on a memory brings forward the expiry of every summary "
+              "built from it (directly, or through a later summary) that would expire "
+              "later, and a summary's own `expires_at` past the first of its sources' is "
+              "422.")
 async def update_memory(memory_id: uuid.UUID, body: MemoryUpdate, request: Request,
                         session: SessionDep, caller: CallerDep) -> Memory:
     return await _service(request, session, caller).update(memory_id, body)

@@ -129,7 +129,8 @@ class MemoryPage(BaseModel):
 
 class MemoryDeletion(BaseModel):
     deleted: int = Field(description="Memories deleted: facts and summaries, archived and "
-                                     "expired ones included.")
+                                     "expired ones included, and the summaries built from "
+                                     "them that went with them.")
 
 
 class MemoryVersion(BaseModel):

@@ -93,6 +93,8 @@ class MemoryService:
             raise ValidationFailed.on("body", "name at least one field to change")
         if "metadata" in values:
             values["metadata_"] = values.pop("metadata")
+        if "expires_at" in values:
+            await self._refuse_outliving_sources(memory_id, values["expires_at"])
         if "content" in values:
             # Embedded before the row is touched, so no lock is held while the model runs.
             (values["embedding"],) = await self.embedder.embed([values["content"]])
@@ -103,20 +105,32 @@ class MemoryService:
             await self.repository.cap_summaries_expiry(memory_id, values["expires_at"])
         return Memory.model_validate(row)
 
+    async def _refuse_outliving_sources(self, memory_id: uuid.UUID,
+                                        expires_at: datetime | None) -> None:
+        """A summary holds its sources' text: it may not be set to outlive the first of
+        them to expire (as consolidation sets it, and a source's later expiry caps it)."""
+        first = await self.repository.sources_first_expiry(memory_id)
+        if first is not None and (expires_at is None or expires_at > first):
+            raise ValidationFailed.on(
+                "expires_at", "a summary expires no later than the first of its sources "
+                f"to expire ({first.isoformat()}), whose text it holds")
+
     async def delete(self, memory_id: uuid.UUID) -> None:
         gone = await self.repository.delete(memory_id)
         if gone is None:
             raise NotFound(f"memory {memory_id} does not exist")
         await self._release([gone])
 
-    async def _release(self, gone: Sequence[Gone]) -> None:
+    async def _release(self, gone: Sequence[Gone]) -> int:
         """Summaries that hold a deleted memory's text go with it, and what a summary that
-        went had archived comes back (MemoryRepository.release)."""
+        went had archived comes back (MemoryRepository.release); how many summaries went
+        with them."""
         dissolved = await self.repository.release(gone)
         if dissolved:
             log.info("deleted %d summaries of tenant %s built from deleted memories, and "
                      "brought back what they had archived", dissolved,
                      self.repository.tenant_id)
+        return dissolved
 
     async def delete_history(self, memory_id: uuid.UUID) -> int:
         """Erase a memory's earlier states (a secret an agent stored and a change
@@ -137,14 +151,14 @@ class MemoryService:
         log.info("deleted %d memories of tenant %s matching %s", len(deleted),
                  self.repository.tenant_id,
                  replace(filters, metadata=dict.fromkeys(filters.metadata or {}, "...")))
-        await self._release(deleted)
+        dissolved = await self._release(deleted)
         scope = {c: v for c in SCOPE_COLUMNS if (v := getattr(filters, c)) is not None}
         narrowed = (filters.tags, filters.categories, filters.fact_role, filters.metadata,
                     filters.created_after, filters.created_before)
         if scope and not any(narrowed):
             # The whole scope went: nothing should name it, its write counts included.
             await self.repository.forget_write_counts(scope)
-        return len(deleted)
+        return len(deleted) + dissolved
 
 
 class MemoryReads:

@@ -174,3 +174,30 @@ async def test_the_purge_gives_way_to_a_request_holding_a_summary_it_would_relea
     assert (await client.get(f"/v1/memories/{summary}")).status_code == 404
     assert await active_ids(client, user_id="u1") == {ids[1], ids[2], ids[3]}
     await assert_consistent(resources, tenant.tenant_id)
+
+
+@pytest.mark.parametrize("wanted", [None, "later"])
+async def test_a_summarys_own_expiry_may_not_outlive_its_first_source(
+    client: httpx.AsyncClient, wanted: str | None,
+) -> None:
+    """Found by an exploratory re-probe: PATCHing the summary's expires_at to null (or
+    past its sources') kept a source's text searchable after the source expired."""
+    end = datetime.now(UTC) + timedelta(hours=1)
+    await seed(client, [memory("card 4242", 0, expires_at=end.isoformat())]
+               + [memory(f"note {i}", 1 + i) for i in range(3)])
+    run = await consolidate(client, user_id="u1")
+    summary = run["groups"][0]["summary_id"]
+    value = None if wanted is None else (end + timedelta(minutes=1)).isoformat()
+
+    refused = await client.patch(f"/v1/memories/{summary}", json={"expires_at": value})
+
+    assert refused.status_code == 422, refused.text
+    assert [e["field"] for e in refused.json()["errors"]] == ["expires_at"]
+    assert parse((await get_memory(client, summary))["expires_at"]) == end
+    sooner = (end - timedelta(minutes=1)).isoformat()
+    allowed = await client.patch(f"/v1/memories/{summary}", json={"expires_at": sooner})
+    assert allowed.status_code == 200, allowed.text
+    # A fact's expiry has no such bound.
+    fact = run["groups"][0]["kept_id"]
+    assert (await client.patch(f"/v1/memories/{fact}", json={"expires_at": None})
+            ).status_code == 200
