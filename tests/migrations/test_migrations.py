@@ -9,7 +9,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -461,3 +461,37 @@ async def test_a_schema_behind_says_to_migrate(
     assert ready.json()["detail"] == (
         f"the schema is at ['0026'], not at head {head_revision()}; run `python -m app "
         "migrate` (`make migrate`)")
+
+
+async def test_summaries_are_made_to_expire_no_later_than_their_sources(
+    fresh_engine: AsyncEngine,
+) -> None:
+    """Migration 0028: summaries written to expire with their last source (or never)
+    expire with their first, a summary of a summary too; later ones are left alone."""
+    await upgrade_to_head(fresh_engine, "0027")
+    vector = "[" + ",".join(["0.05"] * 384) + "]"
+    soon = datetime(2030, 1, 1, tzinfo=UTC)
+    fact, lasting, prior, above, early = (uuid.uuid4() for _ in range(5))
+    rows = [  # (id, role, summary_of, expires_at)
+        (fact, "fact", [], soon),
+        (lasting, "fact", [], None),
+        (prior, "summary", [fact, lasting], None),
+        (above, "summary", [prior, lasting], None),
+        (early, "summary", [fact], soon - timedelta(days=1)),
+    ]
+    async with fresh_engine.begin() as conn:
+        for memory_id, role, sources, expires in rows:
+            await conn.execute(text(
+                "INSERT INTO memories (tenant_id, id, content, embedding, fact_role, "
+                "summary_of, expires_at) VALUES (:t, :id, 'a note', "
+                "CAST(:v AS halfvec(384)), :role, CAST(:of AS uuid[]), :exp)"),
+                {"t": DEFAULT_TENANT_ID, "id": memory_id, "v": vector, "role": role,
+                 "of": [str(s) for s in sources], "exp": expires})
+
+    await upgrade_to_head(fresh_engine)
+
+    async with fresh_engine.connect() as conn:
+        expiry = {r.id: r.expires_at for r in await conn.execute(text(
+            "SELECT id, expires_at FROM memories"))}
+    assert expiry == {fact: soon, lasting: None, prior: soon, above: soon,
+                      early: soon - timedelta(days=1)}
