@@ -34,7 +34,7 @@ from sqlalchemy.orm import aliased
 
 from app.consolidation.schemas import ConsolidationRequest
 from app.consolidation.types import Entry, Partitioning, Scope
-from app.memories.repository import among, live, unarchive
+from app.memories.repository import MemoryRepository, among, live, unarchive
 from app.models import ConsolidationRun, Memory, MemoryVersion
 from app.worker.queue import job_pending
 
@@ -196,6 +196,11 @@ class ConsolidationRepository:
     # The per-group write ----------------------------------------------------------
 
     # Revert -------------------------------------------------------------------------
+
+    async def lock_families(self, ids: Sequence[uuid.UUID]) -> None:
+        """The summary families of `ids`, held as a delete holds them
+        (MemoryRepository.lock_families), before any of their rows is locked."""
+        await MemoryRepository(self.session, self.tenant_id).lock_families(ids)
 
     async def lock_summaries(self, ids: Sequence[uuid.UUID]) -> list[SummaryState]:
         """The run's surviving summaries, locked. One is edited if it changed since it was

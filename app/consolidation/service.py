@@ -137,6 +137,7 @@ class ConsolidationService:
         groups = [ConsolidationGroup.model_validate(g) for g in run.groups]
         summary_ids = [g.summary_id for g in groups if g.summary_id is not None]
         removed = [i for g in groups if g.outcome == "written" for i in g.removed_ids]
+        await self.repository.lock_families([*summary_ids, *removed])
         locked = await self.repository.lock_summaries(summary_ids)
         edited = [s.id for s in locked if s.edited]
         if edited:

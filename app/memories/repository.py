@@ -112,6 +112,8 @@ statement's change, so none folds a huge one."""
 # its own statement: a statement's snapshot is taken before it waits for a lock, and the
 # count must see what the write it waited for committed.
 _LOCK_USER = text("SELECT pg_advisory_xact_lock(hashtextextended(:lock, 25))")
+# A scope's summary families (`MemoryRepository.lock_families`), for the transaction.
+_LOCK_FAMILY = text("SELECT pg_advisory_xact_lock(hashtextextended(:lock, 26))")
 # One statement (one firing of the statistics' update trigger): the user's active rows as
 # the triggers count them (a few index entries, this transaction's insert included),
 # then as many victims as that is past the cap, expired ones first (through
@@ -201,6 +203,19 @@ class MemoryRepository:
             .execution_options(synchronize_session=False)
         )
         return _one_or_none(await self.session.execute(stmt))
+
+    async def lock_families(self, ids: Sequence[uuid.UUID]) -> None:
+        """Hold, until the transaction ends, the summary families of the memories `ids`:
+        a fact, the summaries built from it and what they archived share one exact scope
+        (consolidation groups never mix scopes), and one lock per scope, taken in order,
+        makes two changes of one family wait for each other. Without it, deleting a fact
+        (the fact, then its summaries) and its summary (the summary, then its sources) at
+        once took their rows in opposite orders and deadlocked."""
+        scopes = (await self.session.execute(
+            select(*(getattr(Memory, c) for c in SCOPE_COLUMNS))
+            .where(Memory.tenant_id == self.tenant_id, among(ids)).distinct())).all()
+        for key in sorted(json.dumps(list(s), separators=(",", ":")) for s in scopes):
+            await self.session.execute(_LOCK_FAMILY, {"lock": f"{self.tenant_id}/{key}"})
 
     async def delete(self, memory_id: uuid.UUID) -> Gone | None:
         # An expired memory is absent to DELETE as to GET and PATCH: otherwise the answer

@@ -116,6 +116,7 @@ class MemoryService:
                 f"to expire ({first.isoformat()}), whose text it holds")
 
     async def delete(self, memory_id: uuid.UUID) -> None:
+        await self.repository.lock_families([memory_id])
         gone = await self.repository.delete(memory_id)
         if gone is None:
             raise NotFound(f"memory {memory_id} does not exist")
