@@ -6,10 +6,16 @@ without a key sending a 160 MiB header held the event loop ~25 s (/healthz answe
 after 8 s), and three of 300 MiB left it unanswered and the process at 1.2 GB. Past
 MAX_HEAD_BYTES the connection gets 431 and is closed, before any of it reaches the app
 (so no metric counts it; a WARNING line says so, at most one every 10 s).
+
+The close lingers: the answer is sent with the end of the stream, and what the client
+still sends is read and dropped for up to LINGER_SECONDS, until it closes. Closed at
+once, the socket held the client's unread bytes, and the kernel answered them with a
+reset that overtook the 431 (a test saw it under load).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -22,6 +28,7 @@ log = logging.getLogger("engram.http")
 # Far past any real request's (browsers send a few KiB; h11, uvicorn's other parser,
 # stops at 16 KiB) and small enough that parsing it costs nothing.
 MAX_HEAD_BYTES = 1024 * 1024
+LINGER_SECONDS = 2.0
 _LOG_EVERY_SECONDS = 10.0
 
 _BODY = json.dumps({
@@ -43,6 +50,7 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self._in_head = True
         self._head_bytes = 0
+        self._lingering: asyncio.TimerHandle | None = None
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -54,6 +62,8 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         super().on_headers_complete()
 
     def data_received(self, data: bytes) -> None:
+        if self._lingering is not None:
+            return  # refused: read and dropped until the client closes
         super().data_received(data)
         # Counted once fed: a piece that finished the head (and began the body) is not
         # the head's, so a large upload's first read is never taken for one.
@@ -63,9 +73,16 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         if self._head_bytes > MAX_HEAD_BYTES:
             self._refuse()
 
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._lingering is not None:
+            self._lingering.cancel()
+        super().connection_lost(exc)
+
     def _refuse(self) -> None:
         self.transport.write(_ANSWER)
-        self.transport.close()
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self._lingering = self.loop.call_later(LINGER_SECONDS, self.transport.close)
         cls = BoundedHeadProtocol
         cls._refused_unlogged += 1
         now = time.monotonic()

@@ -63,17 +63,19 @@ async def exchange(port: int, head: bytes, body: bytes = b"") -> bytes:
             await writer.drain()
         await writer.drain()
         return await asyncio.wait_for(reader.read(), 10)
-    except (ConnectionResetError, BrokenPipeError):
+    except BrokenPipeError:  # the server stopped reading: its answer is what matters
         return await asyncio.wait_for(reader.read(), 10)
     finally:
         writer.close()
 
 
-async def test_a_head_past_the_bound_is_431_and_closed(port: int) -> None:
-    # A little past the bound, then nothing: what was sent is all read, so the close is
-    # a clean one and the answer arrives (a client still sending would get a reset).
-    answer = await exchange(port, b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: "
-                            + b"a" * (MAX_HEAD_BYTES + 128 * 1024))
+@pytest.mark.parametrize("past", [128 * 1024, 16 * MAX_HEAD_BYTES])
+async def test_a_head_past_the_bound_is_431_and_closed(port: int, past: int) -> None:
+    """The answer arrives however much the client sends past the bound: the close
+    lingers, reading and dropping the rest. (Closed at once, a test under load got a
+    reset instead: the client's unread bytes made the kernel send one.)"""
+    answer = await exchange(port, b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: ",
+                            b"a" * (MAX_HEAD_BYTES + past))
 
     assert answer.startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n")
     problem = json.loads(answer.split(b"\r\n\r\n", 1)[1])
