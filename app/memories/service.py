@@ -98,6 +98,10 @@ class MemoryService:
         if "content" in values:
             # Embedded before the row is touched, so no lock is held while the model runs.
             (values["embedding"],) = await self.embedder.embed([values["content"]])
+        if values.get("expires_at") is not None:
+            # It caps the memory's summaries' expiry after changing the memory: the
+            # family held first, as a delete holds it (the other order deadlocked).
+            await self.repository.lock_families([memory_id])
         row = await self.repository.update(memory_id, values)
         if row is None:
             raise NotFound(f"memory {memory_id} does not exist")

@@ -9,6 +9,7 @@ it; `summary_of` named the deleted id."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -254,3 +255,24 @@ async def test_a_fact_and_its_summary_deleted_at_once_both_go_without_a_deadlock
         assert await active_ids(client, user_id=user) == {
             group["kept_id"], *group["removed_ids"][1:]}
     await assert_consistent(resources, tenant.tenant_id)
+
+
+async def test_a_sources_expiry_set_as_its_summary_is_deleted_does_not_deadlock(
+    client: httpx.AsyncClient,
+) -> None:
+    """Found by an exploratory re-probe: the PATCH (the source, then its summaries' cap)
+    and the delete (the summary, then its sources) deadlocked in 4-6 of 20 pairs."""
+    later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    for pair in range(6):
+        user = f"u{pair}"
+        await seed(client, [memory(f"note {i}", i, user_id=user) for i in range(3)]
+                   + [memory("kept", 3, importance=0.9, user_id=user)])
+        [group] = (await consolidate(client, user_id=user))["groups"]
+
+        patched, deleted = await asyncio.gather(
+            client.patch(f"/v1/memories/{group['removed_ids'][0]}",
+                         json={"expires_at": later}),
+            client.delete(f"/v1/memories/{group['summary_id']}"))
+
+        assert (patched.status_code, deleted.status_code) == (200, 204), (
+            patched.text, deleted.text)
