@@ -171,6 +171,8 @@ def answer_lost(exc: BaseException) -> bool:
 # SQLSTATE query_canceled: the server's statement_timeout, or pg_cancel_backend.
 _QUERY_CANCELED = "57014"
 _FOREIGN_KEY_VIOLATION = "23503"
+# lock_not_available: a lock not granted within the transaction's lock_timeout.
+LOCK_NOT_AVAILABLE = "55P03"
 # Every table's tenant foreign key is named so (NAMING_CONVENTION in app/models/base.py).
 _TENANT_FOREIGN_KEY = re.compile(r'foreign key constraint "fk_\w+_tenant_id_tenants"')
 
@@ -180,16 +182,21 @@ _TENANT_FOREIGN_KEY = re.compile(r'foreign key constraint "fk_\w+_tenant_id_tena
 _COLLISIONS = {"40P01", "40001"}
 
 
+def sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE of a database error: asyncpg's, or the driver's inside SQLAlchemy's."""
+    state = getattr(getattr(exc, "orig", exc), "sqlstate", None)
+    return None if state is None else str(state)
+
+
 def _collided(exc: BaseException) -> bool:
-    return getattr(getattr(exc, "orig", exc), "sqlstate", None) in _COLLISIONS
+    return sqlstate(exc) in _COLLISIONS
 
 
 def _tenant_gone(exc: BaseException) -> bool:
     """A write refused for want of its tenant: the tenant was deleted while the request,
     admitted just before, was under way."""
-    orig = getattr(exc, "orig", exc)
-    return (getattr(orig, "sqlstate", None) == _FOREIGN_KEY_VIOLATION
-            and _TENANT_FOREIGN_KEY.search(str(orig)) is not None)
+    return (sqlstate(exc) == _FOREIGN_KEY_VIOLATION
+            and _TENANT_FOREIGN_KEY.search(str(getattr(exc, "orig", exc))) is not None)
 
 
 def _statement_cut(exc: BaseException, seconds: float) -> DatabaseTimeout | None:
@@ -199,9 +206,7 @@ def _statement_cut(exc: BaseException, seconds: float) -> DatabaseTimeout | None
     for any other error."""
     if isinstance(exc, TimeoutError):
         return statement_timed_out(seconds)
-    orig = getattr(exc, "orig", exc)
-    if not (isinstance(exc, asyncpg.QueryCanceledError)
-            or getattr(orig, "sqlstate", None) == _QUERY_CANCELED):
+    if not (isinstance(exc, asyncpg.QueryCanceledError) or sqlstate(exc) == _QUERY_CANCELED):
         return None
     if "user request" in str(exc):  # the server's words for pg_cancel_backend
         return DatabaseTimeout("a database statement was cancelled on the server "

@@ -16,6 +16,8 @@ from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from app.errors import LOCK_NOT_AVAILABLE, sqlstate
+
 log = logging.getLogger("engram.migrate")
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -107,9 +109,6 @@ class SchemaNewer(RuntimeError):
     """The schema was migrated by a newer version of Engram than this one."""
 
 
-# SQLSTATE lock_not_available: a statement gave up waiting at lock_timeout.
-_LOCK_NOT_AVAILABLE = "55P03"
-
 
 async def upgrade_to_head(engine: AsyncEngine, revision: str = "head", *,
                           lock_timeout_seconds: float = 10.0, attempts: int = 6,
@@ -142,7 +141,7 @@ async def upgrade_to_head(engine: AsyncEngine, revision: str = "head", *,
                 await conn.run_sync(_upgrade, revision)
             return
         except DBAPIError as exc:
-            if getattr(exc.orig, "sqlstate", None) != _LOCK_NOT_AVAILABLE:
+            if sqlstate(exc) != LOCK_NOT_AVAILABLE:
                 raise
             if attempt == attempts:
                 raise MigrationLockTimeout(

@@ -38,6 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.orm import aliased
 
 from app.db import Fetcher, delete_in_batches, jsonb
+from app.errors import LOCK_NOT_AVAILABLE, sqlstate
 from app.models import SCOPE_COLUMNS, Memory, MemoryVersion
 from app.models.vector import vector_text
 from app.search.term_stats import USER_KEY
@@ -147,9 +148,6 @@ def live(now: Any = None) -> Any:
     """Rows a reader may see at all: not expired."""
     moment = now if now is not None else func.now()
     return or_(Memory.expires_at.is_(None), Memory.expires_at > moment)
-
-
-_LOCK_NOT_AVAILABLE = "55P03"
 
 
 class Gone(NamedTuple):
@@ -509,7 +507,7 @@ async def purge_expired(engine: AsyncEngine, batch: int = 1000) -> int:
                 for tenant_id, went in by_tenant.items():
                     dissolved += await MemoryRepository(session, tenant_id).release(went)
         except DBAPIError as exc:
-            if getattr(exc.orig, "sqlstate", None) != _LOCK_NOT_AVAILABLE:
+            if sqlstate(exc) != LOCK_NOT_AVAILABLE:
                 raise
             log.info("expired memory purge: a summary to release is locked; the rest of "
                      "this round waits for the next")

@@ -36,7 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from app.destination import check_destination
 from app.embedding_space.repository import EmbeddingSpaceRepository
 from app.embedding_space.service import refuse_while_serving
-from app.errors import Conflict, NotFound
+from app.errors import Conflict, NotFound, sqlstate
 from app.models import DEFAULT_TENANT_ID
 from app.tenants.transfer_format import (
     DATA_TABLES,
@@ -202,7 +202,7 @@ async def import_tenant(engine: AsyncEngine, path: Path, *, name: str | None = N
         except DBAPIError as exc:
             # pgvector's "expected 384 dimensions, not 3" is SQLSTATE 22000, which the
             # driver does not class as a DataError.
-            if not str(getattr(exc.orig, "sqlstate", "")).startswith("22"):
+            if not (sqlstate(exc) or "").startswith("22"):
                 raise
             raise TransferError(f"a value of the export does not fit its column: "
                                 f"{_first_line(exc)} (nothing was imported)") from None
