@@ -557,9 +557,9 @@ _PARAMETER = re.compile(r"\$\d+\b")
 def statement_of(query: str) -> str | None:
     """Which candidate statement a query text is: "text" (text_matches), "vector"
     (candidates), or None (type introspection, SHOW, ...)."""
-    if "rare_terms" in query and "vector_rank" not in query:
+    if "rare_terms" in query and "vec_ann" not in query:
         return "text"
-    if "vector_rank" in query and "vec_ann" in query:
+    if "vec_ann" in query:
         return "vector"
     return None
 

@@ -291,10 +291,10 @@ SELECT (SELECT yes FROM small) AS small,
 _VECTOR_SQL = """
 WITH
 txt AS MATERIALIZED (
-    SELECT t.id, t.score, t.day_only, t.version, t.rank
+    SELECT t.id, t.score, t.day_only, t.version
     FROM unnest(CAST(:text_ids AS uuid[]), CAST(:text_scores AS float8[]),
                 CAST(:text_day_only AS boolean[]), CAST(:text_versions AS int[]))
-         WITH ORDINALITY AS t(id, score, day_only, version, rank)
+         AS t(id, score, day_only, version)
 ),
 -- The vector half. In a large scope every filter is unindexed (see `_where`), so the only
 -- plan is the HNSW scan, in a generic plan too.
@@ -312,14 +312,14 @@ vec_ann AS (
     ORDER BY m.embedding <=> CAST(:q AS halfvec(384))
     LIMIT {kv}
 ),
+-- Each list's places are given in Python, from the scores (`_ranked`).
 vec AS MATERIALIZED (
-    SELECT id, dist, row_number() OVER (ORDER BY dist, id) AS rank
-    FROM (SELECT * FROM vec_exact UNION ALL SELECT * FROM vec_ann) v
+    SELECT * FROM vec_exact UNION ALL SELECT * FROM vec_ann
 )
 -- A FULL JOIN can only be hashed or merged: the planner, which guesses 10 rows for the
 -- unnested text list, otherwise joined it in a nested loop (12,000 comparisons, ~2 ms).
-SELECT {columns}, vec.rank AS vector_rank, 1 - vec.dist AS vector_similarity,
-       txt.rank AS text_rank, txt.score AS text_score, txt.day_only AS text_day_only,
+SELECT {columns}, 1 - vec.dist AS vector_similarity,
+       txt.score AS text_score, txt.day_only AS text_day_only,
        m.version = txt.version AS text_current, 1 - m.text_dist AS text_row_similarity
 FROM vec FULL JOIN txt ON txt.id = vec.id
 -- Each listed row by its id, and the filter again for the text list's rows (the text
@@ -683,7 +683,7 @@ class SearchRepository:
             "text_versions": list(text.versions),
         }
         result = await self._fetch(_VECTOR_SQL, filters, params, sizes)
-        # By position, as in _VECTOR_SQL: the memory's columns, its covered days, the ranks.
+        # By position (see `_ranked`): the memory's columns, then its vector similarity.
         n = len(ANSWER_KEYS)
         if not exact and sum(row[n + 1] is not None for row in result) < sizes["kv"]:
             # A filtered HNSW scan gives up after hnsw.max_scan_tuples, so a scope that is
@@ -697,13 +697,13 @@ class SearchRepository:
 def _ranked(result: Sequence[Sequence[Any]], n: int) -> list[RetrievedRow]:
     """The vector statement's rows, placed in each list by their scores (see
     app/search/list_ranks.py). By position, as in _VECTOR_SQL: the memory's columns, its
-    covered days, the vector list's place and similarity, the text list's place, score
-    and day-only flag, whether the row is as the text list scored it, and the similarity
-    of a text list row the vector list lacks."""
-    similarities = {row[_ID]: row[n + 2] for row in result if row[n + 1] is not None}
+    covered days, its similarity in the vector list and its score in the text list (null
+    where a list lacks it), the day-only flag, whether the row is as the text list scored
+    it, and the similarity of a text list row the vector list lacks."""
+    similarities = {row[_ID]: row[n + 1] for row in result if row[n + 1] is not None}
     similarities = with_rows_missed(similarities, {
-        row[_ID]: row[n + 7] for row in result if row[n + 1] is None and row[n + 6]})
-    texts = {row[_ID]: row[n + 4] for row in result if row[n + 3] is not None and row[n + 6]}
+        row[_ID]: row[n + 5] for row in result if row[n + 1] is None and row[n + 4]})
+    texts = {row[_ID]: row[n + 2] for row in result if row[n + 2] is not None and row[n + 4]}
     vector_ranks, text_ranks = shared_places(similarities), shared_places(texts)
     return [
         RetrievedRow(row[_ID], row[_IMPORTANCE], row[_CREATED_AT], row[_FACT_ROLE],
@@ -711,6 +711,6 @@ def _ranked(result: Sequence[Sequence[Any]], n: int) -> list[RetrievedRow]:
                      text_ranks.get(row[_ID]), texts.get(row[_ID]),
                      tuple(row[n]) if row[n] else (),
                      tuple(row[_SUMMARY_OF]) if row[_SUMMARY_OF] else (),
-                     bool(row[n + 5]) and row[_ID] in texts)
+                     bool(row[n + 3]) and row[_ID] in texts)
         for row in result
     ]

@@ -1196,7 +1196,7 @@ async def test_a_scope_the_hnsw_scan_gives_up_on_is_ranked_exactly(
     async def recording(query: str, *args: Any) -> Any:
         rows = await fetch(query, *args)
         if "vec_ann" in query:
-            vector_rows.append(sum(1 for r in rows if r["vector_rank"] is not None))
+            vector_rows.append(sum(1 for r in rows if r["vector_similarity"] is not None))
         return rows
 
     reader.fetch = recording  # type: ignore[method-assign]
