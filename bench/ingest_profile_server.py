@@ -88,20 +88,29 @@ def install() -> None:
     def create_app(*args: Any, **kwargs: Any) -> Any:
         inner = original_create_app(*args, **kwargs)
 
-        async def timed(scope: Any, receive: Any, send: Any) -> None:
-            if scope["type"] != "http" or scope["method"] != "POST":
-                await inner(scope, receive, send)
-                return
-            wall, start = time.time(), time.perf_counter()
-            try:
-                await inner(scope, receive, send)
-            finally:
-                kind = "request_batch" if scope["path"].endswith("/batch") else "request"
-                RECORDS.append((kind, wall, time.perf_counter() - start, 0))
-
-        return timed
+        return _Timed(inner)
 
     app.main.create_app = create_app  # cli.serve imports it at call time
+
+
+class _Timed:
+    """The app, timing each POST. It carries the app's `state`, which `cli.serve` reads
+    (the shutdown signal) after create_app returns."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.state = inner.state
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.inner(scope, receive, send)
+            return
+        wall, start = time.time(), time.perf_counter()
+        try:
+            await self.inner(scope, receive, send)
+        finally:
+            kind = "request_batch" if scope["path"].endswith("/batch") else "request"
+            RECORDS.append((kind, wall, time.perf_counter() - start, 0))
 
 
 def dump() -> None:

@@ -85,25 +85,34 @@ def install() -> None:
     def create_app(*args: Any, **kwargs: Any) -> Any:
         inner = original_create_app(*args, **kwargs)
 
-        async def timed(scope: Any, receive: Any, send: Any) -> None:
-            if scope["type"] != "http" or scope["path"] != "/v1/search":
-                await inner(scope, receive, send)
-                return
-            tag = ""
-            for key, value in scope.get("headers", []):
-                if key == b"x-bench-class":
-                    tag = value.decode()
-            token = TAG.set(tag)
-            wall, start = time.time(), time.perf_counter()
-            try:
-                await inner(scope, receive, send)
-            finally:
-                RECORDS.append(("request", tag, wall, time.perf_counter() - start))
-                TAG.reset(token)
-
-        return timed
+        return _Timed(inner)
 
     app.main.create_app = create_app  # cli.serve imports it at call time
+
+
+class _Timed:
+    """The app, timing each POST /v1/search. It carries the app's `state`, which
+    `cli.serve` reads (the shutdown signal) after create_app returns."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.state = inner.state
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != "/v1/search":
+            await self.inner(scope, receive, send)
+            return
+        tag = ""
+        for key, value in scope.get("headers", []):
+            if key == b"x-bench-class":
+                tag = value.decode()
+        token = TAG.set(tag)
+        wall, start = time.time(), time.perf_counter()
+        try:
+            await self.inner(scope, receive, send)
+        finally:
+            RECORDS.append(("request", tag, wall, time.perf_counter() - start))
+            TAG.reset(token)
 
 
 def dump() -> None:
