@@ -149,7 +149,7 @@ class GroupExecutor:
             started = time.perf_counter()
             unwritten: ConsolidationGroup | None = None
             try:
-                summary_id = await self._write(group, result, vector)
+                summary_id, represented = await self._write(group, result, vector)
             except StaleSources as exc:
                 unwritten = self._unwritten(group, "skipped", "sources_changed", str(exc),
                                             result)
@@ -172,19 +172,27 @@ class GroupExecutor:
             if unwritten is not None:
                 await self._count_done_locked()
                 return unwritten
-        represented = list(result.represented_ids)
         return planned_group(group, self.request.mode, "written").model_copy(update={
             "summary_id": summary_id,
             "removed_ids": represented if self.request.mode == "archive" else [],
             "folded_ids": represented, "mode": result.mode, "detail": result.detail,
         })
 
-    async def _write(self, group: Group, result: OpResult, vector: list[float]) -> uuid.UUID:
-        represented = list(result.represented_ids)
+    async def _write(self, group: Group, result: OpResult, vector: list[float]
+                     ) -> tuple[uuid.UUID, list[uuid.UUID]]:
+        """The summary's id, and what it stands for: the sources the op represented and,
+        in archive mode, the summaries their archive supersedes."""
+        folded = list(result.represented_ids)
         async with self.transactions.driver() as connection:
             repo = GroupWriter(connection, self.tenant_id)
-            self._check_unchanged(represented, await repo.lock_sources(represented))
-            if self.request.mode == "synthesize_only":
+            self._check_unchanged(folded, await repo.lock_sources(folded))
+            represented = folded
+            if self.request.mode == "archive":
+                # Folded with the sources, as a prior summary a run is asked to fold is:
+                # archived, kept in the new summary's summary_of, so a revert of this run
+                # or a delete of its summary brings them back with the sources.
+                represented = [*folded, *await repo.superseded_summaries(folded)]
+            elif self.request.mode == "synthesize_only":
                 # Selected as covered by no live summary; a run over an overlapping scope
                 # (a user's run beside a tag's, an automatic run beside an operator's) may
                 # have summarised them since, and sources this mode leaves active would be
@@ -194,15 +202,16 @@ class GroupExecutor:
                     raise StaleSources(f"summary {covering} of another run has covered "
                                        "these memories since they were selected")
             summary_id = uuid7()
-            await repo.insert_summary(self._summary_row(summary_id, group, result, vector))
+            await repo.insert_summary(
+                self._summary_row(summary_id, group, result, represented, vector))
             deleted = 0
             if self.request.mode == "archive":
                 deleted = await repo.archive(represented, self.run_id)
                 if deleted != len(represented):
                     raise StaleSources("a source left the active set while being archived")
-            await repo.add_progress(self.run_id, consolidated=len(represented), created=1,
+            await repo.add_progress(self.run_id, consolidated=len(folded), created=1,
                                     deleted=deleted)
-        return summary_id
+        return summary_id, represented
 
     def _check_unchanged(self, ids: Sequence[uuid.UUID], states: Sequence[SourceState]) -> None:
         found = {s.id: s for s in states}
@@ -217,7 +226,9 @@ class GroupExecutor:
                 raise StaleSources(f"memory {memory_id} changed since it was selected")
 
     def _summary_row(self, summary_id: uuid.UUID, group: Group, result: OpResult,
-                     vector: list[float]) -> dict[str, Any]:
+                     represented: Sequence[uuid.UUID], vector: list[float]) -> dict[str, Any]:
+        # Tags, metadata and expiry from the sources the op read; a superseded summary's
+        # text is theirs, and it expires with the first of them already.
         by_id = {e.id: e for e in group.to_remove}
         folded = [by_id[i] for i in result.represented_ids]
         return {
@@ -226,7 +237,7 @@ class GroupExecutor:
             "importance": self.resources.settings.consolidation_summary_importance,
             "metadata": common_metadata(folded), "expires_at": first_expiry(folded),
             "source": "summary", "fact_role": "summary",
-            "summary_of": list(result.represented_ids), "consolidation_id": self.run_id,
+            "summary_of": list(represented), "consolidation_id": self.run_id,
             "embedding": vector,
         }
 

@@ -337,6 +337,18 @@ class GroupWriter:
             COVERING_SUMMARY, self.tenant_id, list(ids))
         return found
 
+    async def superseded_summaries(self, ids: Sequence[uuid.UUID], *, lock: bool = True
+                                   ) -> list[uuid.UUID]:
+        """The live summaries, locked, that an archive of `ids` leaves standing for nothing
+        active: each source of theirs is one of `ids` or a fact a run has archived (a
+        summary of that run stands for it). A synthesize_only summary (an automatic run's)
+        of memories an archive run then folds is one: left live, it would be served beside
+        the archive's summary of the same memories. A summary that still stands for an
+        active memory, or for one the memory cap archived, stays. Without `lock`, for a
+        dry run's preview."""
+        statement = SUPERSEDED_SUMMARIES if lock else SUPERSEDED_SUMMARIES_UNLOCKED
+        return list(await self.connection.fetchval(statement, self.tenant_id, list(ids)))
+
     async def insert_summary(self, values: Mapping[str, Any]) -> None:
         """`values` by column name; the embedding as a list of floats."""
         await self.connection.execute(
@@ -368,6 +380,24 @@ COVERING_SUMMARY = """
      WHERE tenant_id = $1 AND fact_role = 'summary' AND archived_at IS NULL
        AND summary_of && $2::uuid[]
      LIMIT 1"""
+# Locked in id order, after the sources (lock_sources): a delete or an expiry PATCH of a
+# source locks the source before its summaries, so the two never wait in a circle.
+SUPERSEDED_SUMMARIES = """
+    WITH superseded AS (
+        SELECT s.id FROM memories AS s
+         WHERE s.tenant_id = $1 AND s.fact_role = 'summary' AND s.archived_at IS NULL
+           AND (s.expires_at IS NULL OR s.expires_at > now())
+           AND s.summary_of && $2::uuid[] AND s.id <> ALL($2::uuid[])
+           AND NOT EXISTS (
+               SELECT 1 FROM memories AS src
+                WHERE src.tenant_id = $1 AND src.id = ANY(s.summary_of)
+                  AND src.id <> ALL($2::uuid[])
+                  AND NOT (src.archived_at IS NOT NULL AND src.fact_role = 'fact'
+                           AND src.consolidation_id IS NOT NULL))
+         ORDER BY s.id
+           FOR UPDATE OF s)
+    SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM superseded"""
+SUPERSEDED_SUMMARIES_UNLOCKED = SUPERSEDED_SUMMARIES.replace("FOR UPDATE OF s", "")
 LOCK_SOURCES = """
     SELECT id, updated_at, md5(content) AS digest,
            archived_at IS NULL AND (expires_at IS NULL OR expires_at > now()) AS active

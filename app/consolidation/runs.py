@@ -23,6 +23,7 @@ from app.consolidation.locks import ScopeLock, run_lock_key
 from app.consolidation.registry import Composition
 from app.consolidation.repository import (
     ConsolidationRepository,
+    GroupWriter,
     fail_abandoned,
     fail_never_started,
 )
@@ -204,7 +205,7 @@ class ConsolidationRunner:
             if not composition.requires_llm:
                 # Cheap and deterministic: the plan then says what the run would fold.
                 async def preview(index: int, outcome: GroupOutcome) -> None:
-                    records[index] = previewed_group(outcome, request.mode)
+                    records[index] = await self._previewed(tx, outcome, request.mode)
 
                 await composition.composite.summarize(groups, OpContext(llm=None), preview)
                 progress["groups"] = [r.model_dump(mode="json") for r in records]
@@ -224,6 +225,20 @@ class ConsolidationRunner:
         timings |= {"execute_ms": _ms(done - planned), "write_ms": _ms(executor.write_seconds),
                     "total_ms": _ms(done - started)}
         return await self._finish(tx, run_id, records, timings)
+
+    async def _previewed(self, tx: RunTransactions, outcome: GroupOutcome,
+                         mode: str) -> ConsolidationGroup:
+        """A dry run's group, with the summaries an archive of its sources would fold as
+        they stand now (GroupWriter.superseded_summaries)."""
+        record = previewed_group(outcome, mode)
+        if mode != "archive" or not record.removed_ids:
+            return record
+        async with tx.driver(transaction=False) as connection:
+            superseded = await GroupWriter(connection, self.tenant_id).superseded_summaries(
+                record.removed_ids, lock=False)
+        represented = [*record.removed_ids, *superseded]
+        return record.model_copy(update={"removed_ids": represented,
+                                         "folded_ids": represented})
 
     async def _finish(self, tx: RunTransactions, run_id: uuid.UUID,
                       records: list[ConsolidationGroup],

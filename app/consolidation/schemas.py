@@ -122,14 +122,17 @@ class ConsolidationGroup(BaseModel):
     kept_id: uuid.UUID | None
     summary_id: uuid.UUID | None = Field(description="The summary written; null until then.")
     removed_ids: list[uuid.UUID] = Field(
-        description="Sources moved out of the active set (archive mode); in a dry run, "
-        "those that would be: exactly, for an op that needs no LLM (it is run); for an LLM "
-        "op, every source of the group, of which the run may fold fewer."
+        description="Sources moved out of the active set (archive mode), with any live "
+        "summary of them whose every source is then archived by a run (a synthesize_only "
+        "summary the new one supersedes); in a dry run, those that would be: exactly, for "
+        "an op that needs no LLM (it is run); for an LLM op, every source of the group, of "
+        "which the run may fold fewer."
     )
     folded_ids: list[uuid.UUID] = Field(
         default_factory=list,
-        description="Sources the summary represents (in any mode); the rest of the group, "
-        "left out by a size cap, stays for the next run.",
+        description="Sources the summary represents (in any mode; in archive mode with "
+        "the summaries it supersedes); the rest of the group, left out by a size cap, "
+        "stays for the next run.",
     )
     mode: str | None = Field(description="What produced the summary, e.g. "
                              "'concatenate', 'fallback:concatenate', 'dense:extractive'.")

@@ -5,10 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import httpx
+from sqlalchemy import text
 
 from app.resources import Resources
 from tests.conftest import create_tenant_key, make_client
 from tests.integration.consolidation.conftest import (
+    BASE_TIME,
     consolidate,
     get_memory,
     memory,
@@ -57,6 +59,92 @@ async def test_synthesize_only_keeps_sources_active_and_does_not_summarise_twice
     again = await consolidate(client, user_id="u1", mode="synthesize_only")
     assert again["groups"] == []
     assert len(await summaries(client, user_id="u1")) == 1
+
+
+async def test_an_archive_run_folds_the_live_summary_of_what_it_archives(
+    client: httpx.AsyncClient,
+) -> None:
+    """Found by two exploratory probes: an archive run over memories an automatic
+    (synthesize_only) run had summarised left both summaries live, two answers for the
+    same memories in every search."""
+    ids = await seed(client, [memory(f"note {i}", i) for i in range(4)])
+    synth = await consolidate(client, user_id="u1", mode="synthesize_only")
+    earlier = synth["groups"][0]["summary_id"]
+    dry = await consolidate(client, user_id="u1", mode="archive", dry_run=True)
+    assert dry["groups"][0]["removed_ids"] == [*ids[:3], earlier]
+
+    run = await consolidate(client, user_id="u1", mode="archive")
+
+    (group,) = run["groups"]
+    assert group["removed_ids"] == group["folded_ids"] == [*ids[:3], earlier]
+    assert (run["consolidated"], run["deleted"]) == (3, 4)
+    assert [s["id"] for s in await summaries(client, user_id="u1")] == [group["summary_id"]]
+    assert await active_ids(client, user_id="u1") == {ids[3], group["summary_id"]}
+    folded = await get_memory(client, earlier)
+    assert folded["archived_at"] is not None
+    assert folded["consolidation_id"] == synth["id"]  # its lineage, as a refolded summary's
+    assert earlier in (await get_memory(client, group["summary_id"]))["summary_of"]
+
+    resp = await client.post(f"/v1/consolidations/{run['id']}/revert")
+
+    assert resp.status_code == 200, resp.text
+    assert await active_ids(client, user_id="u1") == {*ids, earlier}
+
+
+async def test_deleting_the_archive_summary_brings_back_the_summary_it_folded(
+    client: httpx.AsyncClient,
+) -> None:
+    ids = await seed(client, [memory(f"note {i}", i) for i in range(4)])
+    earlier = (await consolidate(client, user_id="u1",
+                                 mode="synthesize_only"))["groups"][0]["summary_id"]
+    later = (await consolidate(client, user_id="u1"))["groups"][0]["summary_id"]
+
+    assert (await client.delete(f"/v1/memories/{later}")).status_code == 204
+
+    assert await active_ids(client, user_id="u1") == {*ids, earlier}
+    assert (await get_memory(client, earlier))["archived_at"] is None
+
+
+async def test_a_summary_stays_live_while_one_of_its_sources_does(
+    client: httpx.AsyncClient,
+) -> None:
+    """Folded only once every source of it is archived by a run, so it never stops
+    serving a memory that nothing else stands for; then by the run that archives the
+    last of them."""
+    ids = await seed(client, [memory(f"note {i}", i, importance=0.8 if i == 2 else
+                                     0.9 if i == 5 else 0.5) for i in range(6)])
+    synth = await consolidate(client, user_id="u1", mode="synthesize_only")
+    (synth_group,) = synth["groups"]
+    earlier = synth_group["summary_id"]
+    assert synth_group["folded_ids"] == ids[:5]
+    window = (BASE_TIME + timedelta(minutes=2, seconds=30)).isoformat()
+
+    first = await consolidate(client, user_id="u1", created_before=window)
+
+    assert first["groups"][0]["removed_ids"] == ids[:2]
+    assert (await get_memory(client, earlier))["archived_at"] is None
+
+    second = await consolidate(client, user_id="u1")
+
+    assert second["groups"][0]["removed_ids"] == [*ids[2:5], earlier]
+    live = {s["id"] for s in await summaries(client, user_id="u1")}
+    assert live == {first["groups"][0]["summary_id"], second["groups"][0]["summary_id"]}
+
+
+async def test_a_summary_standing_for_a_memory_the_cap_archived_stays_live(
+    client: httpx.AsyncClient, resources: Resources,
+) -> None:
+    """A memory the cap put away has no other summary standing for it."""
+    ids = await seed(client, [memory(f"note {i}", i) for i in range(4)])
+    earlier = (await consolidate(client, user_id="u1",
+                                 mode="synthesize_only"))["groups"][0]["summary_id"]
+    async with resources.sessionmaker() as session, session.begin():
+        await session.execute(text("UPDATE memories SET archived_at = now() WHERE id = :id"),
+                              {"id": ids[0]})
+    run = await consolidate(client, user_id="u1")
+
+    assert earlier not in run["groups"][0]["removed_ids"]
+    assert (await get_memory(client, earlier))["archived_at"] is None
 
 
 async def test_summaries_are_not_refolded_unless_asked(client: httpx.AsyncClient) -> None:
