@@ -233,9 +233,18 @@ class MemoryRepository:
         search keeps answering), and bring back what every summary that went had archived,
         those of `gone` among them (the memories a summary stood for are not lost with
         it). How many summaries were deleted here."""
-        left = {g.id for g in gone}
-        went = [g for g in gone if g.summary_of]
-        frontier = list(left)
+        deleted = {g.id for g in gone}
+        return await self._dissolve(list(deleted), [g for g in gone if g.summary_of], deleted)
+
+    async def dissolve_summaries(self, memory_id: uuid.UUID) -> int:
+        """Before the memory's text changes: delete every summary built from it, or from
+        such a summary in turn (a summary of the old text would go on answering for it),
+        and bring back what they had archived, the memory among them. How many went."""
+        return await self._dissolve([memory_id], [], set())
+
+    async def _dissolve(self, frontier: list[uuid.UUID], went: list[Gone],
+                        deleted: set[uuid.UUID]) -> int:
+        before = len(deleted)
         while frontier:
             rows = (await self.session.execute(
                 select(*_GONE)
@@ -247,14 +256,21 @@ class MemoryRepository:
             frontier = [r.id for r in rows]
             await self.session.execute(delete(Memory).where(
                 Memory.tenant_id == self.tenant_id, among(frontier)))
-            left.update(frontier)
+            deleted.update(frontier)
             went.extend(Gone(*r) for r in rows)
         for summary in went:
-            sources = [i for i in summary.summary_of if i not in left]
+            sources = [i for i in summary.summary_of if i not in deleted]
             if sources:
                 await self.session.execute(
                     unarchive(self.tenant_id, sources, summary.consolidation_id))
-        return len(left) - len(gone)
+        return len(deleted) - before
+
+    async def content_for_update(self, memory_id: uuid.UUID) -> str | None:
+        """The memory's text, its row locked; None when absent or expired."""
+        return cast(str | None, await self.session.scalar(
+            select(Memory.content)
+            .where(Memory.tenant_id == self.tenant_id, Memory.id == memory_id, live())
+            .with_for_update()))
 
     async def sources_first_expiry(self, memory_id: uuid.UUID) -> datetime | None:
         """When the first of a summary's sources expires (None for a fact, or when none

@@ -201,7 +201,10 @@ async def list_memories(
               "an `expires_at` set on a memory brings forward the expiry of every summary "
               "built from it (directly, or through a later summary) that would expire "
               "later, and a summary's own `expires_at` past the first of its sources' is "
-              "422.")
+              "422. A new `content` (a different text) deletes every summary built from "
+              "the memory, directly or through a later summary, since it holds the old "
+              "text, and what such a summary had archived, the memory among them, comes "
+              "back to the active set.")
 async def update_memory(memory_id: uuid.UUID, body: MemoryUpdate, request: Request,
                         session: SessionDep, caller: CallerDep) -> Memory:
     return await _service(request, session, caller).update(memory_id, body)

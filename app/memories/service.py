@@ -98,16 +98,33 @@ class MemoryService:
         if "content" in values:
             # Embedded before the row is touched, so no lock is held while the model runs.
             (values["embedding"],) = await self.embedder.embed([values["content"]])
-        if values.get("expires_at") is not None:
-            # It caps the memory's summaries' expiry after changing the memory: the
-            # family held first, as a delete holds it (the other order deadlocked).
+        if values.get("expires_at") is not None or "content" in values:
+            # It caps the memory's summaries' expiry, or dissolves them, besides changing
+            # the memory: the family held first, as a delete holds it (the other order
+            # deadlocked).
             await self.repository.lock_families([memory_id])
+        if "content" in values:
+            await self._dissolve_if_rewritten(memory_id, values["content"])
         row = await self.repository.update(memory_id, values)
         if row is None:
             raise NotFound(f"memory {memory_id} does not exist")
         if values.get("expires_at") is not None:
             await self.repository.cap_summaries_expiry(memory_id, values["expires_at"])
         return Memory.model_validate(row)
+
+    async def _dissolve_if_rewritten(self, memory_id: uuid.UUID, content: str) -> None:
+        """A summary holds its sources' text as it was: one whose source is rewritten
+        would go on answering with the old text (a corrected fact, or a secret replaced),
+        so it goes, and what it had archived comes back, the memory among them, for a
+        later run to summarise as it now reads."""
+        old = await self.repository.content_for_update(memory_id)
+        if old is None or old == content:
+            return
+        dissolved = await self.repository.dissolve_summaries(memory_id)
+        if dissolved:
+            log.info("deleted %d summaries of tenant %s built from a rewritten memory, and "
+                     "brought back what they had archived", dissolved,
+                     self.repository.tenant_id)
 
     async def _refuse_outliving_sources(self, memory_id: uuid.UUID,
                                         expires_at: datetime | None) -> None:

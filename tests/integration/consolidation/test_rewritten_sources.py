@@ -1,0 +1,109 @@
+"""A summary holds its sources' text as it was, so rewriting a source's text dissolves the
+summaries built from it (directly, or through a later summary), and what they had
+archived, the rewritten memory among them, comes back to the active set.
+
+Found by exploratory probes: a secret stored by mistake, then corrected with PATCH (and
+its history erased), went on answering searches from the summary of the old text; a
+synthesize_only summary of a corrected fact kept serving the fact as it was."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from app.resources import Resources
+from tests.conftest import TenantKey
+from tests.integration.consolidation.conftest import consolidate, get_memory, memory, seed
+from tests.integration.consolidation.test_forgetting import SECRET, searched
+from tests.integration.consolidation.test_modes_and_revert import active_ids
+from tests.integration.search.test_term_stats import assert_consistent
+
+CORRECTED = "the door code is kept in the vault"
+
+
+async def rewrite(client: httpx.AsyncClient, memory_id: str, **change: object
+                  ) -> dict[str, object]:
+    resp = await client.patch(f"/v1/memories/{memory_id}", json=change)
+    assert resp.status_code == 200, resp.text
+    answer: dict[str, object] = resp.json()
+    return answer
+
+
+@pytest.mark.parametrize("mode", ["archive", "synthesize_only"])
+async def test_rewriting_a_source_dissolves_its_summary(
+    client: httpx.AsyncClient, resources: Resources, tenant: TenantKey, mode: str,
+) -> None:
+    ids = await seed(client, [memory("ships the parser on Friday", 0),
+                              memory(SECRET, 1),
+                              memory("standup moved to 9:30", 2),
+                              memory("Alice owns billing", 3, importance=0.9)])
+    run = await consolidate(client, user_id="u1", mode=mode)
+    [group] = run["groups"]
+    assert ids[1] in group["folded_ids"]
+
+    answer = await rewrite(client, ids[1], content=CORRECTED)
+    history = await client.delete(f"/v1/memories/{ids[1]}/history")
+
+    assert history.status_code == 200, history.text
+    assert (answer["content"], answer["archived_at"]) == (CORRECTED, None)
+    assert (await client.get(f"/v1/memories/{group['summary_id']}")).status_code == 404
+    assert not any("4417" in c for c in await searched(client, "door code"))
+    assert await active_ids(client, user_id="u1") == set(ids)
+    for memory_id in ids:
+        again = await get_memory(client, memory_id)
+        assert (again["archived_at"], again["consolidation_id"]) == (None, None)
+    await assert_consistent(resources, tenant.tenant_id)
+    # The next run summarises the memories as they now read.
+    rerun = await consolidate(client, user_id="u1", mode=mode)
+    summary = await get_memory(client, rerun["groups"][0]["summary_id"])
+    assert "vault" in summary["content"]
+    assert "4417" not in summary["content"]
+
+
+async def test_a_rewrite_that_changes_nothing_or_not_the_text_keeps_the_summary(
+    client: httpx.AsyncClient,
+) -> None:
+    ids = await seed(client, [memory(f"note {i}", i) for i in range(4)])
+    run = await consolidate(client, user_id="u1", mode="synthesize_only")
+    summary_id = run["groups"][0]["summary_id"]
+
+    await rewrite(client, ids[0], content="note 0")
+    await rewrite(client, ids[1], importance=0.8, tags=["kept"], metadata={"k": "v"})
+
+    assert (await get_memory(client, summary_id))["archived_at"] is None
+    assert await active_ids(client, user_id="u1") == {*ids, summary_id}
+
+
+async def test_rewriting_a_summary_dissolves_the_summary_that_folded_it(
+    client: httpx.AsyncClient,
+) -> None:
+    await seed(client, [memory(f"note {i}", i) for i in range(4)])
+    first = await consolidate(client, user_id="u1")
+    summary = first["groups"][0]["summary_id"]
+    await seed(client, [memory(f"later {i}", 10 + i, importance=0.9 if i == 0 else 0.5)
+                        for i in range(3)])
+    second = await consolidate(client, user_id="u1", include_summaries=True)
+    later = second["groups"][0]["summary_id"]
+    assert summary in second["groups"][0]["folded_ids"]
+
+    answer = await rewrite(client, summary, content="notes 0 to 2, corrected")
+
+    assert answer["archived_at"] is None
+    assert (await client.get(f"/v1/memories/{later}")).status_code == 404
+    # The first run's summary stands again for what it archived; its sources stay put.
+    assert summary in await active_ids(client, user_id="u1")
+    for source in first["groups"][0]["folded_ids"]:
+        assert (await get_memory(client, source))["archived_at"] is not None
+
+
+async def test_a_rewrite_of_a_missing_memory_is_404_and_dissolves_nothing(
+    client: httpx.AsyncClient,
+) -> None:
+    await seed(client, [memory(f"note {i}", i) for i in range(4)])
+    run = await consolidate(client, user_id="u1", mode="synthesize_only")
+
+    resp = await client.patch("/v1/memories/01900000-0000-7000-8000-000000000000",
+                              json={"content": "anything"})
+
+    assert resp.status_code == 404
+    assert (await get_memory(client, run["groups"][0]["summary_id"]))["archived_at"] is None
