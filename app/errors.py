@@ -246,15 +246,37 @@ def app_error_response(exc: AppError) -> JSONResponse:
                             headers or None)
 
 
-def _field_path(loc: Sequence[int | str]) -> str:
-    parts = [str(p) for p in loc]
+def _field_path(loc: Sequence[int | str], body: Any = None) -> str:
+    parts = list(loc)
     # The body is the common case; naming it in every path would be noise.
     if parts and parts[0] == "body":
-        parts = parts[1:]
-    return ".".join(parts) or "body"
+        parts = sent_path(parts[1:], body)
+    return ".".join(map(str, parts)) or "body"
 
 
-def validation_errors(raw: Sequence[Any]) -> list[FieldError]:
+def sent_path(loc: Sequence[int | str], body: Any) -> list[int | str]:
+    """`loc` as the path of the field in the JSON sent. Pydantic names a tagged union's
+    variant by its tag between the field and the variant's own field (`op.concatenate.
+    max_chars` for `{"op": {"name": "concatenate", "max_chars": 10}}`), where no key of
+    that name is."""
+    out: list[int | str] = []
+    node = body
+    for index, part in enumerate(loc):
+        last = index == len(loc) - 1
+        if (isinstance(node, dict) and isinstance(part, str) and part not in node
+                and not last and part in node.values()):
+            continue
+        out.append(part)
+        if isinstance(node, dict):
+            node = node.get(part) if isinstance(part, str) else None
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        else:
+            node = None
+    return out
+
+
+def validation_errors(raw: Sequence[Any], body: Any = None) -> list[FieldError]:
     out = []
     for err in raw:
         msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
@@ -264,7 +286,7 @@ def validation_errors(raw: Sequence[Any]) -> list[FieldError]:
             position = loc[1] if len(loc) > 1 else "?"
             out.append(FieldError(field="body", message=f"{msg} at character {position}"))
             continue
-        out.append(FieldError(field=_field_path(loc), message=msg))
+        out.append(FieldError(field=_field_path(loc, body), message=msg))
     return out
 
 
@@ -398,7 +420,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = validation_errors(exc.errors())
+        errors = validation_errors(exc.errors(), exc.body)
         if not _json_content_type(request.headers.get("content-type")):
             # FastAPI reads such a body as bytes, and the error said it "should be a
             # valid dictionary", which sends the client looking at its JSON.

@@ -25,6 +25,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from app.consolidation.schemas import ConsolidationComposition, ConsolidationRequest
+from app.errors import sent_path
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -57,19 +58,15 @@ def read_lenient(model: type[M], raw: Any) -> Lenient[M]:
         for error in errors:
             _remove(pruned, error["loc"])
         return Lenient(model.model_validate(pruned),
-                       [".".join(str(part) for part in e["loc"]) for e in errors])
+                       [".".join(map(str, sent_path(e["loc"], raw))) for e in errors])
 
 
 def _remove(node: Any, loc: tuple[int | str, ...]) -> None:
-    """Delete the field at pydantic's `loc`, which also names the tag of each tagged
-    union on the way (`selector.highest_relevance.k`) where the JSON has no such key."""
-    *path, last = loc
+    """Delete the field at pydantic's `loc` (which also names the tag of each tagged
+    union on the way, where the JSON has no such key)."""
+    *path, last = sent_path(loc, node)
     for part in path:
-        # A part that is neither an index nor a key is a union's tag: stay where we are.
-        descend = ((isinstance(node, list) and isinstance(part, int))
-                   or (isinstance(node, dict) and part in node))
-        if descend:
-            node = node[part]
+        node = node[part]
     if isinstance(node, dict):
         node.pop(last, None)
 
