@@ -40,7 +40,9 @@ def _service(request: Request, session: SessionDep, caller: CallerDep) -> Consol
     },
     description="Runs the selector, then the op on each group, then writes each group in "
     "its own transaction (summary first, then the sources are archived). A second run on "
-    "a scope while one is running is refused with 409; it never waits.",
+    "a scope while one is running is refused with 409; it never waits. A queued `async` "
+    "run takes its scope when a worker starts it: a run that starts on the scope before "
+    "then runs first, and the queued one folds what is left.",
 )
 async def run_consolidation(body: ConsolidationRequest, request: Request, session: SessionDep,
                             caller: CallerDep) -> Response:

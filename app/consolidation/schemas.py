@@ -157,7 +157,8 @@ class ConsolidationTimings(BaseModel):
 class ConsolidationResult(BaseModel):
     id: uuid.UUID
     status: ConsolidationStatus = Field(
-        description="running also covers a queued async run (started_at is then null)."
+        description="running also covers a queued async run (started_at is then null), "
+        "which holds no scope until a worker starts it."
     )
     groups: list[ConsolidationGroup]
     consolidated: int = Field(description="Source memories folded into summaries.")
