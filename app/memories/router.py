@@ -110,7 +110,7 @@ async def create_memory(
     service = _service(request, session, caller)
 
     async def produce() -> tuple[int, Any]:
-        (memory,) = await service.create_many([body])
+        (memory,) = await service.create_many([body], batch=False)
         return 201, memory.model_dump(mode="json")
 
     return await keyed_create(request, session, caller, idempotency_key, "createMemory",

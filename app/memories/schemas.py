@@ -41,8 +41,12 @@ class MemoryCreate(BaseModel):
     importance: Importance = 0.5
     metadata: Metadata = Field(default_factory=dict)
     source: Source = "api"
-    created_at: AwareDatetime | None = None
-    expires_at: AwareDatetime | None = None
+    created_at: AwareDatetime | None = Field(
+        default=None, description="When it was learnt, when importing history; now when "
+        "absent. At most 5 minutes ahead of the service's clock (422).")
+    expires_at: AwareDatetime | None = Field(
+        default=None, description="When it stops being served. One already past is "
+        "stored expired: no read finds it (an import of history need not sift them).")
 
     @field_validator("source")
     @classmethod

@@ -6,7 +6,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from app.cursors import cut_page, decode_cursor, decode_number_cursor
@@ -72,9 +72,12 @@ class MemoryService:
         self.after_write = after_write
         self.capacity = capacity
 
-    async def create_many(self, items: Sequence[MemoryCreate]) -> list[Memory]:
+    async def create_many(self, items: Sequence[MemoryCreate], *,
+                          batch: bool = True) -> list[Memory]:
         """Embeds every item in one batched call, then writes them in one statement; a
-        user past its cap loses its least valuable others in the same transaction."""
+        user past its cap loses its least valuable others in the same transaction.
+        `batch`: the items came as a batch's `items` (errors name `items.N.field`)."""
+        _refuse_future_creation(items, datetime.now(UTC), batch=batch)
         if self.capacity is not None:
             self.capacity.check(items)
         vectors = await self.embedder.embed([item.content for item in items])
@@ -181,6 +184,22 @@ class MemoryService:
             # The whole scope went: nothing should name it, its write counts included.
             await self.repository.forget_write_counts(scope)
         return len(deleted) + dissolved
+
+
+FUTURE_SKEW = timedelta(minutes=5)
+"""How far ahead of the service's clock a `created_at` may be: a client's clock's drift."""
+
+
+def _refuse_future_creation(items: Sequence[MemoryCreate], now: datetime, *, batch: bool) -> None:
+    """A memory created in the future would head every newest-first listing, and take
+    the full recency bonus in search, until that day. (One stored already expired is
+    taken: an import of history need not sift out what expired meanwhile.)"""
+    for index, item in enumerate(items):
+        prefix = f"items.{index}." if batch else ""
+        if item.created_at is not None and item.created_at > now + FUTURE_SKEW:
+            raise ValidationFailed.on(
+                f"{prefix}created_at", "is in the future: a memory's creation time is "
+                "when it was learnt, now (omit it) or earlier when importing")
 
 
 class MemoryReads:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -118,7 +118,7 @@ async def test_every_criterion_is_a_predicate_of_the_candidate_query(
         memory("wrong category", 11, tags=["a", "b"], category="c2", importance=0.3),
         memory("too important", 12, tags=["a", "b"], category="c1", importance=0.9),
         memory("too recent", 13, tags=["a", "b"], category="c1", importance=0.3,
-               created_at="2100-01-01T00:00:00Z"),
+               created_at=datetime.now(UTC).isoformat()),
         memory("expired", 14, tags=["a", "b"], category="c1", importance=0.3,
                expires_at="2020-01-01T00:00:00Z"),
         memory("other scope", 15, tags=["a", "b"], category="c1", importance=0.3,
