@@ -364,8 +364,18 @@ DATABASE_FAILURES: tuple[type[Exception], ...] = (
 )
 
 
+# The server refusing connections for now: shutting down, crashed, starting up (as the
+# embedded PostgreSQL does for a second while its watcher restarts it), out of slots.
+_UNAVAILABLE_STATES = frozenset({"57P01", "57P02", "57P03", "53300"})
+
+
 def _is_connection_failure(exc: BaseException) -> bool:
     if isinstance(exc, _ASYNCPG_UNAVAILABLE):
+        return True
+    # SQLAlchemy wraps some of asyncpg's (CannotConnectNowError among them) in a plain
+    # DBAPIError, its connection not invalidated: the SQLSTATE says what it is.
+    state = sqlstate(exc)
+    if state is not None and (state.startswith("08") or state in _UNAVAILABLE_STATES):
         return True
     if isinstance(exc, InterfaceError | OperationalError):
         return True

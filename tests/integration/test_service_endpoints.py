@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -20,6 +21,7 @@ from app.providers.hash_embedder import HashEmbedder
 from app.resources import Resources
 from tests.conftest import TenantKey
 from tests.conftest import sample as counted_now
+from tests.fakes.pg_starting_up import starting_up
 
 PROBLEM_JSON = "application/problem+json"
 
@@ -228,13 +230,20 @@ def closed_port() -> int:
 
 
 @pytest.fixture
-async def down_resources(resources: Resources) -> AsyncIterator[Resources]:
-    """Resources whose engine points at a port where nothing listens."""
+async def down_resources(resources: Resources,
+                         request: pytest.FixtureRequest) -> AsyncIterator[Resources]:
+    """Resources whose engine points at a port where nothing listens, or at a server
+    still starting up (found by an exploratory probe: SQLAlchemy wraps asyncpg's
+    CannotConnectNowError in a plain DBAPIError, and the embedded PostgreSQL's restart
+    after a crash answered writes 500, not 503)."""
     settings = resources.settings.model_copy(update={"auth_enabled": False})
-    engine = create_engine(f"postgresql+asyncpg://postgres@127.0.0.1:{closed_port()}/x",
-                           settings)
-    yield Resources(settings, engine, create_sessionmaker(engine), HashEmbedder(384))
-    await engine.dispose()
+    async with contextlib.AsyncExitStack() as stack:
+        port = (await stack.enter_async_context(starting_up())
+                if getattr(request, "param", "closed") == "starting-up" else closed_port())
+        engine = create_engine(f"postgresql+asyncpg://postgres@127.0.0.1:{port}/x",
+                               settings)
+        yield Resources(settings, engine, create_sessionmaker(engine), HashEmbedder(384))
+        await engine.dispose()
 
 
 @pytest.fixture
@@ -279,6 +288,7 @@ SOME_ID = "0190b2a4-1c2d-7000-8000-000000000001"
          "delete-session", "delete-sessions", "list-sessions", "get-session",
          "session-context", "list-turns", "session-events"],
 )
+@pytest.mark.parametrize("down_resources", ["closed", "starting-up"], indirect=True)
 async def test_database_unreachable_is_503_problem_without_a_stack_trace(
     down_client: httpx.AsyncClient, method: str, path: str, payload: dict | None,
     headers: dict[str, str],
