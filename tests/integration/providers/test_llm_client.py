@@ -2,6 +2,8 @@
 on 127.0.0.1 that answers, fails, throttles, hangs and talks garbage on cue."""
 
 import asyncio
+import io
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -12,6 +14,7 @@ import pytest
 from app.consolidation.ops import LLMSynthesis
 from app.consolidation.types import Entry, OpContext
 from app.providers.llm import MAX_ANSWER_BYTES, ChatCompletionsClient, LLMError
+from app.service.log_format import configure
 from tests.conftest import sample
 from tests.fakes.llm_server import (
     Deterministic,
@@ -293,3 +296,31 @@ async def test_llm_synthesis_succeeds_after_a_throttled_first_try(
     result = await LLMSynthesis().consolidate(GROUP, "trips", OpContext(llm=client))
 
     assert (result.summary, result.mode) == ("Alice: Lisbon, 12 June, TP 1234.", "llm_synthesis")
+
+
+async def test_credentials_in_the_llms_url_stay_out_of_the_log(server: FakeLLMServer) -> None:
+    """Found by an operator probe: httpx logs each request's URL at INFO, and a gateway's
+    user:password in ENGRAM_LLM_BASE_URL went into every line."""
+    root = logging.getLogger()
+    saved = [(h, h.formatter, list(h.filters)) for h in root.handlers]
+    level = root.level
+    lines = io.StringIO()
+    handler = logging.StreamHandler(lines)
+    root.addHandler(handler)
+    try:
+        configure("info", "text")  # as `serve` does
+        root.setLevel(logging.INFO)  # basicConfig leaves pytest's root level be
+        secret_url = server.base_url.replace("http://", "http://svc:PASSWORDX@") + "/"
+        async with ChatCompletionsClient(base_url=secret_url, model="fake-model",
+                                         api_key="sk-test", timeout=TIMEOUT) as llm:
+            assert await llm.complete("be brief", "- one") == fake_answer("be brief", "- one")
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+        for h, formatter, filters in saved:
+            h.setFormatter(formatter)
+            h.filters[:] = filters
+    logged = lines.getvalue()
+    assert "HTTP Request: POST http://<redacted>@127.0.0.1" in logged
+    assert "PASSWORDX" not in logged
+    assert server.requests[0].path == "/v1/chat/completions"
