@@ -165,7 +165,7 @@ awaited (app/db.py): the change may have been applied, so the shutdown's cut
 def answer_lost(exc: BaseException) -> bool:
     """Whether `exc` says the client never got the server's answer (its connection failed
     or the client stopped waiting), rather than an error the server reported."""
-    return isinstance(exc, DatabaseTimeout | TimeoutError) or _is_connection_failure(exc)
+    return isinstance(exc, DatabaseTimeout | TimeoutError) or is_connection_failure(exc)
 
 
 # SQLSTATE query_canceled: the server's statement_timeout, or pg_cancel_backend.
@@ -369,7 +369,8 @@ DATABASE_FAILURES: tuple[type[Exception], ...] = (
 _UNAVAILABLE_STATES = frozenset({"57P01", "57P02", "57P03", "53300"})
 
 
-def _is_connection_failure(exc: BaseException) -> bool:
+def is_connection_failure(exc: BaseException) -> bool:
+    """Whether `exc` says the database cannot be reached now (503 database_unavailable)."""
     if isinstance(exc, _ASYNCPG_UNAVAILABLE):
         return True
     # SQLAlchemy wraps some of asyncpg's (CannotConnectNowError among them) in a plain
@@ -398,7 +399,7 @@ async def unexpected_problem(request: Request, exc: Exception) -> JSONResponse:
         log.warning("database statement cut during %s %s (%s: %s)",
                     request.method, request.url.path, type(exc).__name__, exc)
         return app_error_response(cut)
-    if _is_connection_failure(exc):
+    if is_connection_failure(exc):
         log.warning("database unreachable during %s %s: %s", request.method,
                     request.url.path, exc)
         return app_error_response(DatabaseUnavailable(

@@ -31,7 +31,13 @@ from app.consolidation.schemas import ConsolidationGroup, ConsolidationRequest
 from app.consolidation.stored import request_to_run
 from app.consolidation.txn import RunTransactions
 from app.consolidation.types import OpContext
-from app.errors import Conflict, NotFound
+from app.errors import (
+    DATABASE_FAILURES,
+    Conflict,
+    DatabaseUnavailable,
+    NotFound,
+    is_connection_failure,
+)
 from app.ids import uuid7
 from app.models import ConsolidationRun
 from app.resources import Resources
@@ -109,10 +115,22 @@ class ConsolidationRunner:
             async with tx.begin() as session:
                 await ConsolidationRepository(session, self.tenant_id).insert_run(run_values(
                     request, composition, key, trigger, run_id=run_id, pid=lock.pid))
-            final = await self._execute(tx, run_id, request, composition)
+            try:
+                final = await self._execute(tx, run_id, request, composition)
+                return final or await self.load(run_id)
+            except DATABASE_FAILURES as exc:
+                if not is_connection_failure(exc):
+                    raise
+                # Not the bare "retry later" of a request that changed nothing: the groups
+                # written before stay written, and the caller needs the run to see which.
+                raise DatabaseUnavailable(
+                    f"the database became unreachable during consolidation run {run_id}; "
+                    "the groups it wrote before stay written (each in its own "
+                    "transaction), and the run is marked failed within a minute of the "
+                    f"database's return: read GET /v1/consolidations/{run_id} then, "
+                    "before running it again") from exc
         finally:
             await lock.release()
-        return final or await self.load(run_id)
 
     async def run_queued(self, run_id: uuid.UUID, composition: Composition) -> None:
         """Run a queued run. Raises `ScopeBusy` while another run holds the scope."""
