@@ -601,7 +601,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from app.failure import describe
 
         # An operator's command: one line saying what failed, not a traceback.
-        print(f"engram: {args.command} failed: {describe(exc)}", file=sys.stderr)
+        print(f"engram: {args.command} failed: {describe(exc, settings)}", file=sys.stderr)
         return 1
 
 

@@ -9,6 +9,7 @@ from sqlalchemy.exc import DBAPIError
 from app.embedded_db import EmbeddedSettingRefused
 from app.embedding_space.service import VectorSpaceMismatch
 from app.migrate import MigrationLockTimeout, SchemaNewer
+from app.settings import Settings
 
 # An operator's decision or the surroundings, not a fault of the code: their one line says
 # what to do, and a traceback adds nothing.
@@ -17,7 +18,9 @@ OPERATIONAL = (VectorSpaceMismatch, MigrationLockTimeout, SchemaNewer, EmbeddedS
                ConnectionError, TimeoutError)
 
 
-def describe(exc: BaseException) -> str:
+def describe(exc: BaseException, settings: Settings | None = None) -> str:
+    """`exc` on one line; with the `settings` in use, naming the setting that led there
+    (the database's URL, the data folder)."""
     if isinstance(exc, VectorSpaceMismatch | MigrationLockTimeout | SchemaNewer
                   | EmbeddedSettingRefused):
         return str(exc)
@@ -26,8 +29,15 @@ def describe(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.filename is not None:
         # A file's error (a socket's names no file): it was said to be the database's.
         where = str(exc.filename) + (f" -> {exc.filename2}" if exc.filename2 else "")
-        return f"{where}: {exc.strerror or exc}"
+        setting = ""
+        if settings is not None and settings.database_url is None:
+            setting = f" (ENGRAM_DATA_DIR is {settings.data_dir})"
+        return f"{where}: {exc.strerror or exc}{setting}"
     if isinstance(exc, OSError | ConnectionError):
-        return f"the database could not be reached ({exc})"
+        which = ""
+        if settings is not None:
+            which = (" at ENGRAM_DATABASE_URL" if settings.database_url is not None
+                     else f" (the embedded one, in ENGRAM_DATA_DIR {settings.data_dir})")
+        return f"the database{which} could not be reached ({exc})"
     first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{exc.__class__.__name__}: {first_line}"

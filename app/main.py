@@ -92,7 +92,7 @@ def create_app(settings: Settings | None = None, resources: Resources | None = N
             # An operator's decision or the surroundings (a database it cannot reach, a
             # refused setting), not a fault: one line saying what. Raised without its
             # chain, uvicorn's traceback after it is a few lines, not ~12 KB.
-            reason = describe(exc)
+            reason = describe(exc, settings)
             log.error("cannot start: %s", reason)
             raise StartupRefused(reason) from None
         app.state.resources = opened

@@ -260,6 +260,12 @@ class Settings(BaseSettings):
     worker_concurrency: int = Field(default=4, ge=2, le=64)
     worker_session_concurrency: int = Field(default=2, ge=2, le=64)
 
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _fold_log_level(cls, value: object) -> object:
+        # Python's own spelling (INFO) is what an operator writes most.
+        return value.lower() if isinstance(value, str) else value
+
     @field_validator("data_dir", mode="before")
     @classmethod
     def _check_data_dir(cls, value: object) -> object:

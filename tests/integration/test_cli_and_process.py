@@ -460,9 +460,21 @@ def test_serve_against_an_unreachable_database_says_so_in_one_line_and_a_short_t
     assert result.returncode != 0
     refusals = [line for line in result.stderr.splitlines() if "cannot start:" in line]
     assert len(refusals) == 1, result.stderr
-    assert "the database could not be reached" in refusals[0]
+    assert "the database at ENGRAM_DATABASE_URL could not be reached" in refusals[0]
     assert len(result.stderr) < 4000, result.stderr
     assert "During handling of the above exception" not in result.stderr
+
+
+def test_a_data_folder_that_cannot_be_made_is_named_with_its_setting() -> None:
+    """Found by an operator probe: `cannot start: /proc/engram: No such file or
+    directory` named no setting."""
+    result = run_sync("serve", env=base_env(ENGRAM_DATA_DIR="/proc/engram",
+                                            ENGRAM_PORT=str(free_port())))
+
+    assert result.returncode != 0
+    refusals = [line for line in result.stderr.splitlines() if "cannot start:" in line]
+    assert len(refusals) == 1, result.stderr
+    assert refusals[0].endswith("(ENGRAM_DATA_DIR is /proc/engram)"), refusals[0]
 
 
 def test_shared_buffers_past_half_the_memory_are_refused_before_the_server_starts(

@@ -313,3 +313,10 @@ def test_a_rule_across_settings_is_said_in_its_own_words(monkeypatch: pytest.Mon
     assert format_settings_error(caught.value) == (
         "invalid setting ENGRAM_SESSION_SUMMARISER=llm needs ENGRAM_LLM_BASE_URL")
 
+
+
+def test_the_log_level_is_taken_in_either_case() -> None:
+    """Found by an operator probe: ENGRAM_LOG_LEVEL=INFO, Python's own spelling, was
+    refused at start."""
+    assert Settings(log_level="INFO").log_level == "info"
+    assert Settings(log_level="Warning").log_level == "warning"
