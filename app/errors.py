@@ -369,6 +369,18 @@ DATABASE_FAILURES: tuple[type[Exception], ...] = (
 _UNAVAILABLE_STATES = frozenset({"57P01", "57P02", "57P03", "53300"})
 
 
+def log_failed_round(logger: logging.Logger, exc: BaseException, message: str,
+                     *args: object) -> None:
+    """A background round's failure (housekeeping, the sweeps): one WARNING line when the
+    database cannot be reached, an outage the service rides out and the next round
+    retries (a traceback a second while the embedded server restarted read as a fault);
+    else ERROR with its traceback."""
+    if is_connection_failure(exc):
+        logger.warning(f"{message}: the database cannot be reached (%s)", *args, exc)
+    else:
+        logger.error(message, *args, exc_info=exc)
+
+
 def is_connection_failure(exc: BaseException) -> bool:
     """Whether `exc` says the database cannot be reached now (503 database_unavailable)."""
     if isinstance(exc, _ASYNCPG_UNAVAILABLE):

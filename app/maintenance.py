@@ -9,6 +9,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
+from app.errors import log_failed_round
 from app.idempotency.repository import purge_older_than
 from app.memories.repository import purge_expired, purge_versions_replaced_before
 from app.resources import Resources
@@ -32,10 +33,10 @@ async def every(seconds: float, job: Callable[[], Awaitable[int]], *, what: str,
             if removed:
                 MAINTENANCE_DELETED.labels(what).inc(removed)
                 log.info(done, removed)
-        except Exception:
+        except Exception as exc:
             # Housekeeping must never take the service down; the next round retries.
             MAINTENANCE_FAILURES.labels(what).inc()
-            log.exception("%s failed; retrying in %.0f s", name, seconds)
+            log_failed_round(log, exc, "%s failed; retrying in %.0f s", name, seconds)
         await asyncio.sleep(seconds)
 
 

@@ -16,6 +16,8 @@ import logging
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.errors import log_failed_round
+
 log = logging.getLogger("engram.search")
 
 # Besides lexemes, the triggers count each tenant's rows per tag and per category (migration
@@ -69,8 +71,9 @@ async def fold_loop(sessionmaker: async_sessionmaker[AsyncSession], every: float
         try:
             async with sessionmaker() as session, session.begin():
                 folded = await fold_term_stats(session)
-        except Exception:
-            log.exception("folding the term statistics failed; retrying in %.0f s", every)
+        except Exception as exc:
+            log_failed_round(log, exc, "folding the term statistics failed; retrying in %.0f s",
+                             every)
             continue
         if folded:
             log.debug("term statistics: %d rows folded", folded)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 
+from app.errors import log_failed_round
 from app.resources import Resources
 from app.service.metrics import JOBS_QUEUED
 from app.settings import Settings
@@ -41,8 +42,8 @@ async def recover(resources: Resources) -> None:
 
     try:
         counts = await queue_counts(resources.engine)
-    except Exception:
-        log.exception("counting the queue's jobs failed")
+    except Exception as exc:
+        log_failed_round(log, exc, "counting the queue's jobs failed")
     else:
         JOBS_QUEUED.clear()  # a job or status no longer in the queue reads 0, not stale
         for job, status, count in counts:
@@ -50,15 +51,15 @@ async def recover(resources: Resources) -> None:
 
     try:
         due = await requeue_stalled_folds(resources)
-    except Exception:
-        log.exception("queueing stalled session folds failed")
+    except Exception as exc:
+        log_failed_round(log, exc, "queueing stalled session folds failed")
     else:
         # Every minute while a summariser is down: not worth more than debug.
         log.debug("%d sessions with folds due; their fold jobs are queued", due)
     try:
         failed = await fail_abandoned_runs(resources.sessionmaker)
-    except Exception:
-        log.exception("recovering abandoned consolidation runs failed")
+    except Exception as exc:
+        log_failed_round(log, exc, "recovering abandoned consolidation runs failed")
         return
     if failed:
         log.warning("marked failed %d consolidation runs cut off by a crash or never started",

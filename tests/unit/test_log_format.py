@@ -8,6 +8,9 @@ import logging
 import sys
 from typing import Any
 
+import pytest
+
+from app.errors import log_failed_round
 from app.service.log_format import JsonFormatter, TextFormatter, configure, redact_urls
 from app.service.request_id import REQUEST_ID, RequestIdFilter
 
@@ -121,3 +124,23 @@ def test_urls_lose_their_credentials_and_query() -> None:
     assert redact_urls('POST https://u:p@api.example.com/v1/embeddings?api-key=K&x=1 "200"') \
         == 'POST https://<redacted>@api.example.com/v1/embeddings?<redacted> "200"'
     assert redact_urls("GET http://127.0.0.1:8080/v1/x") == "GET http://127.0.0.1:8080/v1/x"
+
+
+def test_a_background_round_cut_by_an_outage_logs_one_warning_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Found by an operator probe: while the embedded server restarted, the sweeps and
+    the term statistics' fold logged a traceback at ERROR every second."""
+    logger = logging.getLogger("engram.test")
+    with caplog.at_level(logging.INFO, logger="engram.test"):
+        log_failed_round(logger, ConnectionRefusedError(111, "Connect call failed"),
+                         "folding failed; retrying in %.0f s", 1.0)
+        log_failed_round(logger, ValueError("a bug"), "folding failed; retrying in %.0f s",
+                         1.0)
+    outage, fault = caplog.records
+    assert (outage.levelname, outage.exc_info) == ("WARNING", None)
+    assert outage.getMessage() == ("folding failed; retrying in 1 s: the database cannot be "
+                                   "reached ([Errno 111] Connect call failed)")
+    assert fault.levelname == "ERROR"
+    assert fault.exc_info is not None
+    assert fault.exc_info[0] is ValueError
