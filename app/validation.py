@@ -200,7 +200,9 @@ Category = Annotated[str, StringConstraints(strip_whitespace=True, max_length=10
 Tag = Annotated[str, StringConstraints(strip_whitespace=True, max_length=100),
                 AfterValidator(not_empty), AfterValidator(storable_text), _DeclaredNotBlank()]
 TagList = Annotated[list[Tag], Field(max_length=64), AfterValidator(dedupe)]
-CategoryList = Annotated[list[Category], Field(min_length=1, max_length=64)]
+# An empty list filters nothing, as in search and the listing (a generated client sends
+# [] for a field left unset).
+CategoryList = Annotated[list[Category], Field(max_length=64)]
 # The limits are enforced by `client_metadata`; JSON Schema cannot state a byte size or a
 # depth, so the OpenAPI document says them in words for client authors.
 Metadata = Annotated[

@@ -33,13 +33,17 @@ async def test_a_request_with_no_scope_and_no_criteria_is_refused(
 ) -> None:
     await seed(client, [memory(f"note {i}", i) for i in range(4)])
 
+    # An empty list names nothing, as in search (categories: [] was a 422 of its own).
     for body in ({}, {"strategy": "simple", "mode": "archive"}, {"max_importance": 1.0},
-                 {"tags": []}):
+                 {"tags": []}, {"categories": []}, {"tags": [], "categories": []}):
         resp = await client.post("/v1/consolidations", json=body)
         assert fields(resp) == ["body"], body
         assert "whole tenant" in resp.json()["detail"]
     # Nothing was recorded or folded.
     assert (await client.get("/v1/consolidations")).json()["items"] == []
+    # Beside a scope, an empty list filters nothing.
+    planned = await consolidate(client, user_id="u1", categories=[], tags=[], dry_run=True)
+    assert planned["candidates"] == 4
 
 
 @pytest.mark.parametrize(
