@@ -258,13 +258,14 @@ def sent_path(loc: Sequence[int | str], body: Any) -> list[int | str]:
     """`loc` as the path of the field in the JSON sent. Pydantic names a tagged union's
     variant by its tag between the field and the variant's own field (`op.concatenate.
     max_chars` for `{"op": {"name": "concatenate", "max_chars": 10}}`), where no key of
-    that name is."""
+    that name is, or another key than the one it names (`{"name": "concatenate",
+    "concatenate": 1}` is `op.concatenate`, the key refused)."""
     out: list[int | str] = []
     node = body
     for index, part in enumerate(loc):
         last = index == len(loc) - 1
-        if (isinstance(node, dict) and isinstance(part, str) and part not in node
-                and not last and part in node.values()):
+        if (isinstance(node, dict) and isinstance(part, str) and not last
+                and part in node.values()):
             continue
         out.append(part)
         if isinstance(node, dict):

@@ -191,7 +191,8 @@ class GroupExecutor:
                 # Folded with the sources, as a prior summary a run is asked to fold is:
                 # archived, kept in the new summary's summary_of, so a revert of this run
                 # or a delete of its summary brings them back with the sources.
-                represented = [*folded, *await repo.superseded_summaries(folded)]
+                kept = group.kept.id if group.kept else None
+                represented = [*folded, *await repo.superseded_summaries(folded, kept)]
             elif self.request.mode == "synthesize_only":
                 # Selected as covered by no live summary; a run over an overlapping scope
                 # (a user's run beside a tag's, an automatic run beside an operator's) may
@@ -209,7 +210,9 @@ class GroupExecutor:
                 deleted = await repo.archive(represented, self.run_id)
                 if deleted != len(represented):
                     raise StaleSources("a source left the active set while being archived")
-            await repo.add_progress(self.run_id, consolidated=len(folded), created=1,
+            # A superseded summary is folded as a prior summary a run is asked to fold is,
+            # and counts as one.
+            await repo.add_progress(self.run_id, consolidated=len(represented), created=1,
                                     deleted=deleted)
         return summary_id, represented
 

@@ -337,17 +337,20 @@ class GroupWriter:
             COVERING_SUMMARY, self.tenant_id, list(ids))
         return found
 
-    async def superseded_summaries(self, ids: Sequence[uuid.UUID], *, lock: bool = True
+    async def superseded_summaries(self, ids: Sequence[uuid.UUID],
+                                   kept: uuid.UUID | None = None, *, lock: bool = True
                                    ) -> list[uuid.UUID]:
         """The live summaries, locked, that an archive of `ids` leaves standing for nothing
         active: each source of theirs is one of `ids` or a fact a run has archived (a
         summary of that run stands for it). A synthesize_only summary (an automatic run's)
         of memories an archive run then folds is one: left live, it would be served beside
         the archive's summary of the same memories. A summary that still stands for an
-        active memory, or for one the memory cap archived, stays. Without `lock`, for a
-        dry run's preview."""
+        active memory, or for one the memory cap archived, stays, and so does the one the
+        group keeps (`kept`: the selector chose it to stay). Without `lock`, for a dry
+        run's preview."""
         statement = SUPERSEDED_SUMMARIES if lock else SUPERSEDED_SUMMARIES_UNLOCKED
-        return list(await self.connection.fetchval(statement, self.tenant_id, list(ids)))
+        return list(await self.connection.fetchval(statement, self.tenant_id, list(ids),
+                                                   kept))
 
     async def insert_summary(self, values: Mapping[str, Any]) -> None:
         """`values` by column name; the embedding as a list of floats."""
@@ -388,6 +391,7 @@ SUPERSEDED_SUMMARIES = """
          WHERE s.tenant_id = $1 AND s.fact_role = 'summary' AND s.archived_at IS NULL
            AND (s.expires_at IS NULL OR s.expires_at > now())
            AND s.summary_of && $2::uuid[] AND s.id <> ALL($2::uuid[])
+           AND s.id IS DISTINCT FROM $3::uuid
            AND NOT EXISTS (
                SELECT 1 FROM memories AS src
                 WHERE src.tenant_id = $1 AND src.id = ANY(s.summary_of)

@@ -253,7 +253,7 @@ class ConsolidationRunner:
             return record
         async with tx.driver(transaction=False) as connection:
             superseded = await GroupWriter(connection, self.tenant_id).superseded_summaries(
-                record.removed_ids, lock=False)
+                record.removed_ids, record.kept_id, lock=False)
         represented = [*record.removed_ids, *superseded]
         return record.model_copy(update={"removed_ids": represented,
                                          "folded_ids": represented})

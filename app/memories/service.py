@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from app.cursors import cut_page, decode_cursor, decode_number_cursor
-from app.errors import NotFound, ValidationFailed
+from app.errors import FieldError, NotFound, ValidationFailed
 from app.ids import uuid7
 from app.memories.capacity import CapacityBound
 from app.memories.repository import Gone, MemoryFilter, MemoryReader, MemoryRepository
@@ -194,12 +194,15 @@ def _refuse_future_creation(items: Sequence[MemoryCreate], now: datetime, *, bat
     """A memory created in the future would head every newest-first listing, and take
     the full recency bonus in search, until that day. (One stored already expired is
     taken: an import of history need not sift out what expired meanwhile.)"""
-    for index, item in enumerate(items):
-        prefix = f"items.{index}." if batch else ""
-        if item.created_at is not None and item.created_at > now + FUTURE_SKEW:
-            raise ValidationFailed.on(
-                f"{prefix}created_at", "is in the future: a memory's creation time is "
-                "when it was learnt, now (omit it) or earlier when importing")
+    message = ("is in the future: a memory's creation time is when it was learnt, now "
+               "(omit it) or earlier when importing")
+    errors = [FieldError(field=f"items.{index}.created_at" if batch else "created_at",
+                         message=message)
+              for index, item in enumerate(items)
+              if item.created_at is not None and item.created_at > now + FUTURE_SKEW]
+    if errors:
+        raise ValidationFailed("; ".join(f"{e.field}: {e.message}" for e in errors[:5]),
+                               errors=errors)
 
 
 class MemoryReads:

@@ -77,7 +77,8 @@ async def test_an_archive_run_folds_the_live_summary_of_what_it_archives(
 
     (group,) = run["groups"]
     assert group["removed_ids"] == group["folded_ids"] == [*ids[:3], earlier]
-    assert (run["consolidated"], run["deleted"]) == (3, 4)
+    # Folded as a prior summary an include_summaries run folds, and counted alike.
+    assert (run["consolidated"], run["deleted"]) == (4, 4)
     assert [s["id"] for s in await summaries(client, user_id="u1")] == [group["summary_id"]]
     assert await active_ids(client, user_id="u1") == {ids[3], group["summary_id"]}
     folded = await get_memory(client, earlier)
@@ -89,6 +90,22 @@ async def test_an_archive_run_folds_the_live_summary_of_what_it_archives(
 
     assert resp.status_code == 200, resp.text
     assert await active_ids(client, user_id="u1") == {*ids, earlier}
+
+
+async def test_the_summary_a_group_keeps_is_not_folded(client: httpx.AsyncClient) -> None:
+    """Found by an exploratory probe: an include_summaries archive run kept the summary
+    (the most important candidate) and archived it all the same, its record saying both."""
+    await seed(client, [memory(f"note {i}", i) for i in range(4)])
+    earlier = (await consolidate(client, user_id="u1",
+                                 mode="synthesize_only"))["groups"][0]["summary_id"]
+
+    dry = await consolidate(client, user_id="u1", include_summaries=True, dry_run=True)
+    run = await consolidate(client, user_id="u1", include_summaries=True)
+
+    for group in (dry["groups"][0], run["groups"][0]):
+        assert group["kept_id"] == earlier
+        assert earlier not in group["removed_ids"]
+    assert (await get_memory(client, earlier))["archived_at"] is None
 
 
 async def test_deleting_the_archive_summary_brings_back_the_summary_it_folded(

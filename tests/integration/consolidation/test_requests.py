@@ -56,6 +56,8 @@ async def test_a_request_with_no_scope_and_no_criteria_is_refused(
         ({"op": {"name": "poetry"}}, "op"),
         ({"op": {"name": "concatenate", "max_chars": 10}}, "op.max_chars"),
         ({"op": {"name": "extractive", "bogus": 1}}, "op.bogus"),
+        # A key named as the tag is still the key refused, not the tag's segment.
+        ({"op": {"name": "concatenate", "concatenate": 1}}, "op.concatenate"),
         # The path of the field sent: pydantic puts the variant's tag in between.
         ({"selector": {"name": "similarity_cluster", "max_distance": 3}},
          "selector.max_distance"),

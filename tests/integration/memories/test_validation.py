@@ -237,10 +237,13 @@ async def test_a_creation_time_in_the_future_is_422_naming_the_field(
 
     resp = await client.post("/v1/memories", json={"content": "x", "created_at": later})
     batch = await client.post("/v1/memories/batch", json={
-        "items": [{"content": "y"}, {"content": "x", "created_at": "9000-01-01T00:00:00Z"}]})
+        "items": [{"content": "y"}, {"content": "x", "created_at": "9000-01-01T00:00:00Z"},
+                  {"content": "z", "created_at": later}]})
 
     assert_validation_problem(resp, "created_at")
     assert_validation_problem(batch, "items.1.created_at")
+    assert [e["field"] for e in batch.json()["errors"]] == ["items.1.created_at",
+                                                            "items.2.created_at"]
     await assert_nothing_written(client)
     # A client's clock a little ahead of the service's is taken.
     skewed = await client.post("/v1/memories", json={"content": "x", "created_at": soon})
