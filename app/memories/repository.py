@@ -113,8 +113,16 @@ statement's change, so none folds a huge one."""
 # its own statement: a statement's snapshot is taken before it waits for a lock, and the
 # count must see what the write it waited for committed.
 _LOCK_USER = text("SELECT pg_advisory_xact_lock(hashtextextended(:lock, 25))")
-# A scope's summary families (`MemoryRepository.lock_families`), for the transaction.
-_LOCK_FAMILY = text("SELECT pg_advisory_xact_lock(hashtextextended(:lock, 26))")
+# The summary families of some memories (`MemoryRepository.lock_families`), for the
+# transaction: one lock per exact scope, taken in the scopes' order (the function runs
+# above the ordered subquery), in one round trip.
+_LOCK_FAMILIES = text("""
+    SELECT pg_advisory_xact_lock(hashtextextended(CAST(:tenant_id AS text) || '/' || f.k, 26))
+      FROM (SELECT DISTINCT json_build_array(user_id, agent_id, session_id, namespace)::text
+                   AS k
+              FROM memories
+             WHERE tenant_id = :tenant_id AND id = ANY(CAST(:ids AS uuid[]))
+             ORDER BY k) AS f""")
 # One statement (one firing of the statistics' update trigger): the user's active rows as
 # the triggers count them (a few index entries, this transaction's insert included),
 # then as many victims as that is past the cap, expired ones first (through
@@ -209,11 +217,8 @@ class MemoryRepository:
         makes two changes of one family wait for each other. Without it, deleting a fact
         (the fact, then its summaries) and its summary (the summary, then its sources) at
         once took their rows in opposite orders and deadlocked."""
-        scopes = (await self.session.execute(
-            select(*(getattr(Memory, c) for c in SCOPE_COLUMNS))
-            .where(Memory.tenant_id == self.tenant_id, among(ids)).distinct())).all()
-        for key in sorted(json.dumps(list(s), separators=(",", ":")) for s in scopes):
-            await self.session.execute(_LOCK_FAMILY, {"lock": f"{self.tenant_id}/{key}"})
+        await self.session.execute(_LOCK_FAMILIES, {"tenant_id": self.tenant_id,
+                                                    "ids": list(ids)})
 
     async def delete(self, memory_id: uuid.UUID) -> Gone | None:
         # An expired memory is absent to DELETE as to GET and PATCH: otherwise the answer
@@ -265,12 +270,20 @@ class MemoryRepository:
                     unarchive(self.tenant_id, sources, summary.consolidation_id))
         return len(deleted) - before
 
-    async def content_for_update(self, memory_id: uuid.UUID) -> str | None:
-        """The memory's text, its row locked; None when absent or expired."""
-        return cast(str | None, await self.session.scalar(
-            select(Memory.content)
+    async def content_for_update(self, memory_id: uuid.UUID) -> tuple[str, bool] | None:
+        """The memory's text, its row locked, and whether a summary was built from it;
+        None when absent or expired."""
+        summary = aliased(Memory)
+        built_from = (select(summary.id)
+                      .where(summary.tenant_id == Memory.tenant_id,
+                             summary.fact_role == "summary",
+                             summary.summary_of.op("@>")(array([Memory.id])))
+                      .exists())
+        row = (await self.session.execute(
+            select(Memory.content, built_from)
             .where(Memory.tenant_id == self.tenant_id, Memory.id == memory_id, live())
-            .with_for_update()))
+            .with_for_update(of=Memory))).first()
+        return None if row is None else (row[0], bool(row[1]))
 
     async def sources_first_expiry(self, memory_id: uuid.UUID) -> datetime | None:
         """When the first of a summary's sources expires (None for a fact, or when none

@@ -120,8 +120,8 @@ class MemoryService:
         would go on answering with the old text (a corrected fact, or a secret replaced),
         so it goes, and what it had archived comes back, the memory among them, for a
         later run to summarise as it now reads."""
-        old = await self.repository.content_for_update(memory_id)
-        if old is None or old == content:
+        found = await self.repository.content_for_update(memory_id)
+        if found is None or found[0] == content or not found[1]:
             return
         dissolved = await self.repository.dissolve_summaries(memory_id)
         if dissolved:
