@@ -32,10 +32,10 @@ async def searched(client: httpx.AsyncClient, query: str) -> list[str]:
 SECRET = "the door code is 4417"
 
 
-@pytest.mark.parametrize("mode", ["archive", "synthesize_only"])
-async def test_deleting_a_source_deletes_its_summary_and_brings_the_others_back(
-    client: httpx.AsyncClient, resources: Resources, tenant: TenantKey, mode: str,
-) -> None:
+async def fold_a_secret(client: httpx.AsyncClient, mode: str
+                        ) -> tuple[list[str], dict[str, Any]]:
+    """Four memories of u1, SECRET the second, folded by a run in `mode`: their ids, and
+    the run's one group (its summary holds the secret)."""
     ids = await seed(client, [memory("ships the parser on Friday", 0),
                               memory(SECRET, 1),
                               memory("standup moved to 9:30", 2),
@@ -44,6 +44,14 @@ async def test_deleting_a_source_deletes_its_summary_and_brings_the_others_back(
     [group] = run["groups"]
     assert ids[1] in group["folded_ids"]
     assert any("4417" in c for c in await searched(client, "door code"))
+    return ids, group
+
+
+@pytest.mark.parametrize("mode", ["archive", "synthesize_only"])
+async def test_deleting_a_source_deletes_its_summary_and_brings_the_others_back(
+    client: httpx.AsyncClient, resources: Resources, tenant: TenantKey, mode: str,
+) -> None:
+    ids, group = await fold_a_secret(client, mode)
 
     assert (await client.delete(f"/v1/memories/{ids[1]}")).status_code == 204
 

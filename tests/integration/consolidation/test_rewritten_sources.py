@@ -14,7 +14,7 @@ import pytest
 from app.resources import Resources
 from tests.conftest import TenantKey
 from tests.integration.consolidation.conftest import consolidate, get_memory, memory, seed
-from tests.integration.consolidation.test_forgetting import SECRET, searched
+from tests.integration.consolidation.test_forgetting import fold_a_secret, searched
 from tests.integration.consolidation.test_modes_and_revert import active_ids
 from tests.integration.search.test_term_stats import assert_consistent
 
@@ -33,13 +33,7 @@ async def rewrite(client: httpx.AsyncClient, memory_id: str, **change: object
 async def test_rewriting_a_source_dissolves_its_summary(
     client: httpx.AsyncClient, resources: Resources, tenant: TenantKey, mode: str,
 ) -> None:
-    ids = await seed(client, [memory("ships the parser on Friday", 0),
-                              memory(SECRET, 1),
-                              memory("standup moved to 9:30", 2),
-                              memory("Alice owns billing", 3, importance=0.9)])
-    run = await consolidate(client, user_id="u1", mode=mode)
-    [group] = run["groups"]
-    assert ids[1] in group["folded_ids"]
+    ids, group = await fold_a_secret(client, mode)
 
     answer = await rewrite(client, ids[1], content=CORRECTED)
     history = await client.delete(f"/v1/memories/{ids[1]}/history")
