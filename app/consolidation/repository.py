@@ -17,6 +17,7 @@ from typing import Any, cast
 from sqlalchemy import (
     ColumnElement,
     Table,
+    and_,
     delete,
     exists,
     func,
@@ -232,6 +233,27 @@ class ConsolidationRepository:
             return None
         folded = next(i for i in ids if i in set(row.summary_of))
         return Refolded(folded, row.id, row.consolidation_id)
+
+    async def folded_over(self, ids: Sequence[uuid.UUID], run_id: uuid.UUID
+                          ) -> Refolded | None:
+        """An archived summary of some of `ids` (memories run `run_id` archived) that
+        another run's active summary folds: an archive run folds a summary whose sources
+        are all archived (GroupWriter.superseded_summaries), and bringing `ids` back
+        would leave that summary standing, through the one folding it, for active
+        memories."""
+        folder = aliased(Memory)
+        stmt = (select(Memory.id, folder.id, folder.consolidation_id)
+                .join(folder, and_(folder.tenant_id == Memory.tenant_id,
+                                   folder.fact_role == "summary",
+                                   folder.archived_at.is_(None),
+                                   folder.summary_of.op("@>")(array([Memory.id]))))
+                .where(Memory.tenant_id == self.tenant_id, Memory.fact_role == "summary",
+                       Memory.archived_at.is_not(None),
+                       Memory.summary_of.op("&&")(array(list(ids))),
+                       folder.consolidation_id.is_distinct_from(run_id))
+                .limit(1))
+        row = (await self.session.execute(stmt)).first()
+        return None if row is None else Refolded(row[0], row[1], row[2])
 
     async def delete_summaries(self, ids: Sequence[uuid.UUID], run_id: uuid.UUID) -> int:
         stmt = delete(Memory).where(Memory.tenant_id == self.tenant_id,

@@ -92,6 +92,37 @@ async def test_an_archive_run_folds_the_live_summary_of_what_it_archives(
     assert await active_ids(client, user_id="u1") == {*ids, earlier}
 
 
+async def test_a_revert_is_refused_while_a_later_run_folds_a_summary_of_what_it_archived(
+    client: httpx.AsyncClient,
+) -> None:
+    """Found by an exploratory re-probe: R1 archived A and B, then R2 archived C and D and
+    folded the automatic summary of all four; reverting R1 brought A and B back while
+    R2's summary still stood for them through the one it folded."""
+    ids = await seed(client, [memory(t, i, tags=[tag]) for i, (t, tag) in enumerate(
+        [("Alice likes apples", "t1"), ("Bob likes bananas", "t1"),
+         ("Carol likes cherries", "t2"), ("Dave likes dates", "t2")])]
+        + [memory("kept, very important", 4, importance=1.0)])
+    synth = await consolidate(client, user_id="u1", mode="synthesize_only")
+    earlier = synth["groups"][0]["summary_id"]
+    assert synth["groups"][0]["folded_ids"] == ids[:4]
+    await seed(client, [memory(f"{n} likes kiwis", 10 + i, tags=[tag], importance=1.0)
+                        for i, (n, tag) in enumerate([("Kevin", "t1"), ("Ken", "t2")])])
+    first = await consolidate(client, user_id="u1", tags=["t1"])
+    second = await consolidate(client, user_id="u1", tags=["t2"])
+    assert second["groups"][0]["removed_ids"] == [*ids[2:4], earlier]
+    later = second["groups"][0]["summary_id"]
+
+    refused = await client.post(f"/v1/consolidations/{first['id']}/revert")
+
+    assert refused.status_code == 409, refused.text
+    assert f"folded into summary {later} by run {second['id']}" in refused.json()["detail"]
+    assert (await get_memory(client, ids[0]))["archived_at"] is not None
+    # In the other order both go back to where they were.
+    assert (await client.post(f"/v1/consolidations/{second['id']}/revert")).status_code == 200
+    assert (await client.post(f"/v1/consolidations/{first['id']}/revert")).status_code == 200
+    assert {*ids, earlier} <= await active_ids(client, user_id="u1")
+
+
 async def test_the_summary_a_group_keeps_is_not_folded(client: httpx.AsyncClient) -> None:
     """Found by an exploratory probe: an include_summaries archive run kept the summary
     (the most important candidate) and archived it all the same, its record saying both."""
