@@ -155,8 +155,7 @@ class ConsolidationService:
                            f"into summary {later.by_summary} by run {later.by_run}; revert "
                            f"that run first, or delete that summary (DELETE /v1/memories/"
                            f"{later.by_summary}) to revert this one all the same")
-        facts = [i for i in removed if i not in set(summary_ids)]
-        over = await self.repository.folded_over(facts, run_id) if facts else None
+        over = await self.repository.folded_over(removed, run_id) if removed else None
         if over is not None:
             raise Conflict(f"summary {over.summary_id} of memories this run archived has "
                            f"since been folded into summary {over.by_summary} by run "
