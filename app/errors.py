@@ -348,16 +348,6 @@ _STATUS_TITLES = {
 }
 
 
-# The search statements run on asyncpg directly (app/search/reader.py).
-_ASYNCPG_UNAVAILABLE = (
-    asyncpg.PostgresConnectionError,
-    asyncpg.CannotConnectNowError,
-    asyncpg.TooManyConnectionsError,
-    asyncpg.AdminShutdownError,
-    asyncpg.CrashShutdownError,
-)
-
-
 # Every error a database call raises (SQLAlchemy's and asyncpg's, the pool's wait, a
 # socket's): those `_unexpected_problem` tells apart, and the others, a bug's, answered 500.
 DATABASE_FAILURES: tuple[type[Exception], ...] = (
@@ -366,7 +356,8 @@ DATABASE_FAILURES: tuple[type[Exception], ...] = (
 
 
 # The server refusing connections for now: shutting down, crashed, starting up (as the
-# embedded PostgreSQL does for a second while its watcher restarts it), out of slots.
+# embedded PostgreSQL does for a second while its watcher restarts it), out of slots; and
+# SQLSTATE class 08, the connection's own failures.
 _UNAVAILABLE_STATES = frozenset({"57P01", "57P02", "57P03", "53300"})
 
 
@@ -384,10 +375,10 @@ def log_failed_round(logger: logging.Logger, exc: BaseException, message: str,
 
 def is_connection_failure(exc: BaseException) -> bool:
     """Whether `exc` says the database cannot be reached now (503 database_unavailable)."""
-    if isinstance(exc, _ASYNCPG_UNAVAILABLE):
-        return True
-    # SQLAlchemy wraps some of asyncpg's (CannotConnectNowError among them) in a plain
-    # DBAPIError, its connection not invalidated: the SQLSTATE says what it is.
+    # By SQLSTATE: asyncpg's own errors (the search statements run on it directly,
+    # app/search/reader.py) and SQLAlchemy's wrapping of them alike, which wraps some
+    # (CannotConnectNowError among them) in a plain DBAPIError, its connection not
+    # invalidated.
     state = sqlstate(exc)
     if state is not None and (state.startswith("08") or state in _UNAVAILABLE_STATES):
         return True
