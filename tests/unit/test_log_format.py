@@ -3,15 +3,24 @@ message whatever a client put in it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from app.errors import log_failed_round
-from app.service.log_format import JsonFormatter, TextFormatter, configure, redact_urls
+from app.service.log_format import (
+    JsonFormatter,
+    LogFormat,
+    PoolOutageFilter,
+    TextFormatter,
+    configure,
+    redact_urls,
+)
 from app.service.request_id import REQUEST_ID, RequestIdFilter
 
 
@@ -105,19 +114,26 @@ def test_a_text_line_keeps_tabs_and_unicode_and_its_traceback_below() -> None:
     assert rest[-2:] == ["ValueError: bad", "value"]
 
 
-def test_serve_writes_text_through_the_escaping_formatter() -> None:
+@contextlib.contextmanager
+def served_handler(log_format: LogFormat) -> Iterator[logging.Handler]:
+    """A root handler as `serve` configures it; the root's handlers restored after."""
     root = logging.getLogger()
     saved = [(h, h.formatter, list(h.filters)) for h in root.handlers]
     handler = logging.StreamHandler()
     root.addHandler(handler)
     try:
-        configure("info", "text")
-        assert isinstance(handler.formatter, TextFormatter)
+        configure("info", log_format)
+        yield handler
     finally:
         root.removeHandler(handler)
         for h, formatter, filters in saved:
             h.setFormatter(formatter)
             h.filters[:] = filters
+
+
+def test_serve_writes_text_through_the_escaping_formatter() -> None:
+    with served_handler("text") as handler:
+        assert isinstance(handler.formatter, TextFormatter)
 
 
 def test_urls_lose_their_credentials_and_query() -> None:
@@ -144,3 +160,38 @@ def test_a_background_round_cut_by_an_outage_logs_one_warning_line(
     assert fault.levelname == "ERROR"
     assert fault.exc_info is not None
     assert fault.exc_info[0] is ValueError
+
+
+def pool_retry(exc: BaseException) -> logging.LogRecord:
+    """The record asyncpg's pool logs when it cannot reconnect its idle connections."""
+    try:
+        raise exc
+    except BaseException:
+        rec = record("asyncpg.pool", "Failed to restore the pool connection floor; retrying")
+        rec.exc_info = sys.exc_info()
+    return rec
+
+
+def test_the_pool_failing_to_reconnect_during_an_outage_logs_one_line() -> None:
+    """Found by an operator probe: each retry, from every pool, wrote a traceback."""
+    rec = pool_retry(ConnectionRefusedError(111, "Connect call failed"))
+    assert PoolOutageFilter().filter(rec)
+    entry = formatted(rec)
+    assert "exception" not in entry
+    assert entry["message"] == ("Failed to restore the pool connection floor; retrying: the "
+                                "database cannot be reached ([Errno 111] Connect call failed)")
+
+
+def test_the_pool_keeps_the_traceback_of_any_other_failure() -> None:
+    rec = pool_retry(ValueError("100% a bug"))
+    assert PoolOutageFilter().filter(rec)
+    assert formatted(rec)["exception"].endswith("ValueError: 100% a bug")
+    other = pool_retry(ConnectionRefusedError(111, "refused"))
+    other.name = "engram.search"
+    assert PoolOutageFilter().filter(other)
+    assert other.exc_info is not None
+
+
+def test_serve_installs_the_pool_outage_filter() -> None:
+    with served_handler("json") as handler:
+        assert any(isinstance(f, PoolOutageFilter) for f in handler.filters)
