@@ -19,6 +19,7 @@ from app.maintenance import start_maintenance
 from app.memories.router import router as memories_router
 from app.resources import Resources, build_resources
 from app.search.router import router as search_router
+from app.service import slash_redirect
 from app.service.admission import AdmissionMiddleware
 from app.service.body_limit import BodyLimitMiddleware
 from app.service.caller_gate import CallerGateMiddleware
@@ -142,6 +143,7 @@ def create_app(settings: Settings | None = None, resources: Resources | None = N
     api_routers = (memories_router, search_router, consolidation_router, sessions_router)
     for router in api_routers:
         app.include_router(router, dependencies=[Depends(check_params)])
+    slash_redirect.install(app)
     # Innermost: the metrics count, and the request id marks, a request the shutdown cut
     # and one refused for want of a slot, or for a body past the bound (refused by its
     # length before it takes a slot). The shutdown's layer is outside the admission's, so

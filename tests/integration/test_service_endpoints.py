@@ -156,6 +156,39 @@ async def test_unknown_route_without_a_key_is_404_problem(
 
 
 @pytest.mark.parametrize(
+    ("method", "path", "location"),
+    [
+        ("POST", "/v1/search/", "/v1/search"),
+        ("GET", "/v1/memories/?user_id=a%20b", "/v1/memories?user_id=a%20b"),
+        ("GET", "/v1/sessions/caf%C3%A9/", "/v1/sessions/caf%C3%A9"),
+        ("GET", "/v1/sessions/caf%C3%A9/turns/", "/v1/sessions/caf%C3%A9/turns"),
+    ],
+)
+async def test_a_trailing_slash_redirects_to_the_operation_by_a_relative_location(
+    client: httpx.AsyncClient, method: str, path: str, location: str
+) -> None:
+    """Found by a contract probe: the 307's Location was absolute and built from what the
+    service sees, `http://` behind a TLS proxy that does not pass its scheme on."""
+    turn = await client.post("/v1/sessions/caf%C3%A9/turns",
+                             json={"role": "user", "content": "tea?"})
+    assert turn.status_code == 201
+    resp = await client.request(method, path, json={"query": "tea"})
+    assert resp.status_code == 307
+    assert resp.headers["location"] == location
+    followed = await client.request(method, path, json={"query": "tea"},
+                                    follow_redirects=True)
+    assert followed.status_code == 200
+    assert followed.url.raw_path.decode() == location
+
+
+@pytest.mark.parametrize("path", ["/nope/", "//v1/search", "//v1/search/", "/v1/"])
+async def test_a_path_no_slash_makes_an_operation_is_404(
+    client: httpx.AsyncClient, path: str
+) -> None:
+    assert_problem(await client.post(path, json={"query": "tea"}), 404)
+
+
+@pytest.mark.parametrize(
     ("method", "path"),
     [
         ("PUT", "/v1/memories"),
