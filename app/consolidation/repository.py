@@ -35,7 +35,7 @@ from sqlalchemy.orm import aliased
 
 from app.consolidation.schemas import ConsolidationRequest
 from app.consolidation.types import Entry, Partitioning, Scope
-from app.memories.repository import MemoryRepository, among, live, unarchive
+from app.memories.repository import FAMILY_LOCKS, MemoryRepository, among, live, unarchive
 from app.models import ConsolidationRun, Memory, MemoryVersion
 from app.worker.queue import job_pending
 
@@ -348,7 +348,10 @@ class GroupWriter:
         self.tenant_id = tenant_id
 
     async def lock_sources(self, ids: Sequence[uuid.UUID]) -> list[SourceState]:
-        """Lock the rows (in id order, so two writers never deadlock) and read their state."""
+        """Lock the rows (in id order, so two writers never deadlock) and read their state.
+        Their family first, as a delete takes it: a filtered delete locks a user's rows in
+        the order it finds them, and with a group holding some of them they deadlocked."""
+        await self.connection.execute(LOCK_FAMILIES, self.tenant_id, list(ids))
         rows = await self.connection.fetch(LOCK_SOURCES, self.tenant_id, list(ids))
         return [SourceState(r["id"], r["updated_at"], r["digest"], r["active"]) for r in rows]
 
@@ -424,6 +427,7 @@ SUPERSEDED_SUMMARIES = """
            FOR UPDATE OF s)
     SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM superseded"""
 SUPERSEDED_SUMMARIES_UNLOCKED = SUPERSEDED_SUMMARIES.replace("FOR UPDATE OF s", "")
+LOCK_FAMILIES = FAMILY_LOCKS.format(tenant="$1", ids="$2")
 LOCK_SOURCES = """
     SELECT id, updated_at, md5(content) AS digest,
            archived_at IS NULL AND (expires_at IS NULL OR expires_at > now()) AS active

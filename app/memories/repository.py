@@ -16,7 +16,9 @@ from sqlalchemy import (
     ColumnElement,
     CursorResult,
     Result,
+    Select,
     Table,
+    Text,
     and_,
     any_,
     bindparam,
@@ -24,6 +26,7 @@ from sqlalchemy import (
     delete,
     func,
     insert,
+    literal,
     or_,
     select,
     text,
@@ -113,16 +116,34 @@ statement's change, so none folds a huge one."""
 # its own statement: a statement's snapshot is taken before it waits for a lock, and the
 # count must see what the write it waited for committed.
 _LOCK_USER = text("SELECT pg_advisory_xact_lock(hashtextextended(:lock, 25))")
+
+
 # The summary families of some memories (`MemoryRepository.lock_families`), for the
 # transaction: one lock per exact scope, taken in the scopes' order (the function runs
-# above the ordered subquery), in one round trip.
-_LOCK_FAMILIES = text("""
-    SELECT pg_advisory_xact_lock(hashtextextended(CAST(:tenant_id AS text) || '/' || f.k, 26))
+# above the ordered subquery), in one round trip. With `{tenant}` and `{ids}` in the
+# placeholders' form of the driver that sends it; `_lock_matching_families` takes the
+# same locks for the memories a filter matches.
+FAMILY_LOCKS = """
+    SELECT pg_advisory_xact_lock(hashtextextended(CAST({tenant} AS text) || '/' || f.k, 26))
       FROM (SELECT DISTINCT json_build_array(user_id, agent_id, session_id, namespace)::text
                    AS k
               FROM memories
-             WHERE tenant_id = :tenant_id AND id = ANY(CAST(:ids AS uuid[]))
-             ORDER BY k) AS f""")
+             WHERE tenant_id = {tenant} AND id = ANY(CAST({ids} AS uuid[]))
+             ORDER BY k) AS f"""
+_LOCK_FAMILIES = text(FAMILY_LOCKS.format(tenant=":tenant_id", ids=":ids"))
+
+
+def _lock_matching_families(tenant_id: uuid.UUID, filters: MemoryFilter) -> Select[Any]:
+    """`FAMILY_LOCKS` for the tenant's memories that `filters` match."""
+    scope = func.json_build_array(Memory.user_id, Memory.agent_id, Memory.session_id,
+                                  Memory.namespace)
+    families = (select(scope.cast(Text).label("k")).distinct()
+                .where(Memory.tenant_id == tenant_id, *_matching(filters))
+                .order_by("k").subquery())
+    key = func.hashtextextended(literal(f"{tenant_id}/") + families.c.k, 26)
+    return select(func.pg_advisory_xact_lock(key)).select_from(families)
+
+
 # One statement (one firing of the statistics' update trigger): the user's active rows as
 # the triggers count them (a few index entries, this transaction's insert included),
 # then as many victims as that is past the cap, expired ones first (through
@@ -352,7 +373,12 @@ class MemoryRepository:
                               batch: int = DELETE_BATCH) -> list[Gone]:
         """Delete every memory matching `filters`, expired ones too. In statements of
         `batch` rows, all in the caller's transaction, until one deletes none (rows a
-        concurrent delete took would end it early on a short one)."""
+        concurrent delete took would end it early on a short one). The families of the
+        memories matched are held first, as a single delete holds its memory's: the
+        statements lock rows in the order they find them, and a delete of one of the
+        summaries (the summary, then what it archived) took them in another and
+        deadlocked."""
+        await self.session.execute(_lock_matching_families(self.tenant_id, filters))
         chosen = (select(Memory.id).where(Memory.tenant_id == self.tenant_id,
                                           *_matching(filters))
                   .limit(batch).scalar_subquery())

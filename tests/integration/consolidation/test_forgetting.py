@@ -9,6 +9,7 @@ it; `summary_of` named the deleted id."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,6 +17,8 @@ import httpx
 import pytest
 from sqlalchemy import text
 
+from app.consolidation.repository import GroupWriter
+from app.memories.repository import MemoryRepository
 from app.resources import Resources
 from tests.conftest import TenantKey
 from tests.integration.consolidation.conftest import consolidate, memory, seed
@@ -262,6 +265,65 @@ async def test_a_fact_and_its_summary_deleted_at_once_both_go_without_a_deadlock
         # The summary went either way; the other sources are back, the deleted one gone.
         assert await active_ids(client, user_id=user) == {
             group["kept_id"], *group["removed_ids"][1:]}
+    await assert_consistent(resources, tenant.tenant_id)
+
+
+async def test_a_user_erased_as_one_of_their_summaries_is_deleted_does_not_deadlock(
+    client: httpx.AsyncClient, resources: Resources, tenant: TenantKey,
+) -> None:
+    """Stop 40's probe saw it: the filtered delete locked the user's rows in the order it
+    found them, a delete of one of the summaries the summary and then what it archived,
+    and at once they deadlocked (one answered 503 after a second). Here the summary's
+    delete is held half-way, as a transaction of its own does it: the family, then the
+    summary; the user's delete must wait for it, not take the sources meanwhile."""
+    await seed(client, [memory(f"note {i}", i) for i in range(3)]
+               + [memory("kept", 3, importance=0.9)])
+    [group] = (await consolidate(client, user_id="u1", mode="archive"))["groups"]
+    source, summary = group["removed_ids"][0], group["summary_id"]
+
+    async with resources.sessionmaker() as deleting_summary:
+        await MemoryRepository(deleting_summary, tenant.tenant_id).lock_families([summary])
+        await deleting_summary.execute(
+            text("SELECT 1 FROM memories WHERE id = :id FOR UPDATE"), {"id": summary})
+        erasing = asyncio.create_task(client.delete("/v1/memories",
+                                                    params={"user_id": "u1"}))
+        await asyncio.sleep(0.3)
+        assert not erasing.done()
+        # What the summary's delete does next: bring back what it archived.
+        await deleting_summary.execute(
+            text("UPDATE memories SET archived_at = NULL WHERE id = :id"), {"id": source})
+        await deleting_summary.commit()
+        erased = await asyncio.wait_for(erasing, 10)
+
+    assert erased.status_code == 200, erased.text
+    assert erased.json()["deleted"] == 5
+    assert await active_ids(client, user_id="u1") == set()
+    await assert_consistent(resources, tenant.tenant_id)
+
+
+async def test_a_user_erased_while_a_run_writes_one_of_their_groups_does_not_deadlock(
+    client: httpx.AsyncClient, resources: Resources, tenant: TenantKey,
+) -> None:
+    """A group's write locks its sources in id order, the filtered delete the user's rows
+    in the order it finds them: with the group holding the newest of them and then
+    taking an older one, the two waited for each other. The write is held half-way, as
+    a run does it; the user's delete must wait for its family."""
+    ids = await seed(client, [memory(f"note {i}", i) for i in range(4)])
+
+    async with resources.engine.connect() as conn:
+        raw = (await conn.get_raw_connection()).driver_connection
+        writer = GroupWriter(raw, tenant.tenant_id)
+        async with raw.transaction():
+            assert [s.id for s in await writer.lock_sources([ids[3]])] == [uuid.UUID(ids[3])]
+            erasing = asyncio.create_task(client.delete("/v1/memories",
+                                                        params={"user_id": "u1"}))
+            await asyncio.sleep(0.3)
+            assert not erasing.done()
+            await writer.lock_sources([ids[0]])  # a source the delete would hold by now
+        erased = await asyncio.wait_for(erasing, 10)
+
+    assert erased.status_code == 200, erased.text
+    assert erased.json()["deleted"] == 4
     await assert_consistent(resources, tenant.tenant_id)
 
 
