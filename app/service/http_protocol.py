@@ -1,4 +1,5 @@
-"""uvicorn's httptools protocol with a bound on a request's head (its line and headers).
+"""uvicorn's httptools protocol with a bound on a request's head (its line and headers),
+writing each answer's head with its body (app/service/head_held.py).
 
 httptools builds a header's value by appending each piece it is fed, so the time a head
 takes grows with the square of its size, and uvicorn sets no bound on it: one client
@@ -19,9 +20,11 @@ import asyncio
 import json
 import logging
 import time
-from typing import Any
+from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from app.service.head_held import HeadHeldTransport
 
 log = logging.getLogger("engram.http")
 
@@ -51,6 +54,15 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         self._in_head = True
         self._head_bytes = 0
         self._lingering: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        self._held = HeadHeldTransport(self.transport)
+        self.transport = cast(asyncio.Transport, self._held)
+
+    def on_response_complete(self) -> None:
+        self._held.flush()
+        super().on_response_complete()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()

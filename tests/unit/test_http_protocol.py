@@ -22,6 +22,9 @@ from app.service.http_protocol import MAX_HEAD_BYTES, BoundedHeadProtocol
 async def echo(scope: Any, receive: Any, send: Any) -> None:
     if scope["type"] != "http":
         return
+    if scope["path"] == "/stream":
+        await stream(send)
+        return
     body = b""
     while True:
         message = await receive()
@@ -32,6 +35,14 @@ async def echo(scope: Any, receive: Any, send: Any) -> None:
     await send({"type": "http.response.start", "status": 200,
                 "headers": [(b"content-length", str(len(answer)).encode())]})
     await send({"type": "http.response.body", "body": answer})
+
+
+async def stream(send: Any) -> None:
+    """An answer in pieces, the last one late: no length, so uvicorn chunks it."""
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"first", "more_body": True})
+    await asyncio.sleep(2)
+    await send({"type": "http.response.body", "body": b"last"})
 
 
 def started(server: uvicorn.Server) -> None:
@@ -93,3 +104,54 @@ async def test_ordinary_heads_and_large_bodies_pass(port: int) -> None:
     assert answer.startswith(b"HTTP/1.1 200 OK\r\n"), answer[:200]
     assert json.loads(answer.split(b"\r\n\r\n", 1)[1]) == {"body_bytes": len(body),
                                                           "headers": 203}
+
+
+async def read_until(reader: asyncio.StreamReader, marker: bytes, seconds: float = 2) -> bytes:
+    return await asyncio.wait_for(reader.readuntil(marker), seconds)
+
+
+async def test_a_head_with_no_body_after_it_still_goes_and_the_connection_serves_on(
+    port: int,
+) -> None:
+    """The protocol holds an answer's head for its body (app/service/head_held.py); an
+    answer to HEAD has none, so the head must go when the answer ends."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(b"HEAD / HTTP/1.1\r\nHost: x\r\n\r\n")
+        head = await read_until(reader, b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        head = await read_until(reader, b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        body = await asyncio.wait_for(reader.readexactly(length), 2)
+        assert json.loads(body)["body_bytes"] == 0
+    finally:
+        writer.close()
+
+
+async def test_a_continue_is_not_held_the_client_waits_for_it(port: int) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(b"POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                     b"Content-Length: 5\r\nConnection: close\r\n\r\n")
+        assert await read_until(reader, b"\r\n\r\n") == b"HTTP/1.1 100 Continue\r\n\r\n"
+        writer.write(b"hello")
+        answer = await asyncio.wait_for(reader.read(), 5)
+        assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
+        assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["body_bytes"] == 5
+    finally:
+        writer.close()
+
+
+async def test_a_streamed_answer_goes_out_piece_by_piece(port: int) -> None:
+    """The head waits for the first piece only, not for the whole answer."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(b"GET /stream HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        early = await read_until(reader, b"first\r\n", seconds=1.5)
+        assert early.startswith(b"HTTP/1.1 200 OK\r\n")
+        assert b"transfer-encoding: chunked" in early
+        rest = await asyncio.wait_for(reader.read(), 5)
+        assert rest == b"4\r\nlast\r\n0\r\n\r\n"
+    finally:
+        writer.close()
