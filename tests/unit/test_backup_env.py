@@ -4,7 +4,6 @@ the restore's handling of those tools failing, with shell scripts in their place
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -41,43 +40,42 @@ def test_the_user_and_the_tls_files_in_the_query_reach_the_tools() -> None:
         "verify-full", "/etc/ca.pem", "5")
 
 
-def fake_tools(tmp_path: Path, **scripts: str) -> Callable[[str], str]:
+def fake_tools(directory: Path, **scripts: str) -> backup.ClientTools:
     """Shell scripts standing in for the client tools, by name."""
-    paths = {}
+    directory.mkdir(parents=True, exist_ok=True)
     for name, body in scripts.items():
-        path = tmp_path / name
+        path = directory / name
         path.write_text("#!/bin/sh\n" + body)
         path.chmod(0o755)
-        paths[name] = str(path)
-    return lambda name: paths[name]
+    return backup.ClientTools(directory)
 
 
 async def test_psql_stopping_at_an_error_is_reported_and_nothing_waits_for_ever(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
     # pg_restore writes without end (far more than a pipe holds); psql fails after a
     # few lines.
-    monkeypatch.setattr(backup, "tool", fake_tools(
+    tools = fake_tools(
         tmp_path,
         pg_restore='exec yes "SELECT 1;"\n',
-        psql='head -n 5 > /dev/null; echo "psql:<stdin>:5: ERROR:  boom" >&2; exit 3\n'))
+        psql='head -n 5 > /dev/null; echo "psql:<stdin>:5: ERROR:  boom" >&2; exit 3\n')
 
     with pytest.raises(backup.BackupFailed, match="ERROR:  boom"):
-        await asyncio.wait_for(backup.restore("postgresql://u@/d", tmp_path / "x"), 30)
+        await asyncio.wait_for(backup.restore("postgresql://u@/d", tmp_path / "x", tools), 30)
 
 
 async def test_pg_restore_failing_is_reported_and_no_commit_is_sent(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
     received = tmp_path / "received.sql"
-    monkeypatch.setattr(backup, "tool", fake_tools(
+    tools = fake_tools(
         tmp_path,
         pg_restore='echo "COPY x FROM stdin;"; echo "pg_restore: error: could not read '
                    'input file: end of file" >&2; exit 1\n',
-        psql=f'cat > {received}\n'))
+        psql=f'cat > {received}\n')
 
     with pytest.raises(backup.BackupFailed, match="pg_restore: error: could not read"):
-        await backup.restore("postgresql://u@/d", tmp_path / "x")
+        await backup.restore("postgresql://u@/d", tmp_path / "x", tools)
     sent = received.read_text()
     assert sent.startswith("SET client_min_messages = warning;\nBEGIN;\n")
     assert "COPY x FROM stdin;" in sent
