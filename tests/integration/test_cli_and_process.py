@@ -409,6 +409,18 @@ def test_a_misspelt_setting_is_warned_of_by_every_command() -> None:
         "ENGRAM_AUTH_ENABLED?)")
 
 
+def test_a_misspelt_setting_is_warned_of_beside_another_settings_error() -> None:
+    """Found by a README walk-through: the warning came after the settings were read, so
+    a bad value elsewhere stopped the command before it."""
+    result = run_sync("keys", "list", env=base_env(ENGRAM_AUTH_ENABLE="true",
+                                                   ENGRAM_PORT="0"))
+
+    assert result.returncode == 2
+    lines = meaningful_lines(result.stderr)
+    assert lines[0].startswith("engram: warning: ENGRAM_AUTH_ENABLE is not a setting"), lines
+    assert "ENGRAM_PORT" in lines[1], lines
+
+
 # Refusing to start ------------------------------------------------------------------------
 
 
@@ -449,9 +461,10 @@ def test_a_port_already_taken_is_refused_before_anything_starts(tmp_path: Path) 
     assert not (tmp_path / "data").exists()  # no embedded server was started
 
 
-def test_serve_against_an_unreachable_database_says_so_in_one_line_and_a_short_trace(
+def test_serve_against_an_unreachable_database_says_so_in_one_line(
 ) -> None:
-    """It printed ~12 KB of chained tracebacks, where `migrate` said one line."""
+    """It printed ~12 KB of chained tracebacks, where `migrate` said one line; then one
+    line and uvicorn's copy of a short traceback (found by a README walk-through)."""
     url = f"postgresql://engram@127.0.0.1:{free_port()}/engram"
 
     result = run_sync("serve", env=base_env(ENGRAM_DATABASE_URL=url,
@@ -461,8 +474,7 @@ def test_serve_against_an_unreachable_database_says_so_in_one_line_and_a_short_t
     refusals = [line for line in result.stderr.splitlines() if "cannot start:" in line]
     assert len(refusals) == 1, result.stderr
     assert "the database at ENGRAM_DATABASE_URL could not be reached" in refusals[0]
-    assert len(result.stderr) < 4000, result.stderr
-    assert "During handling of the above exception" not in result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
 
 
 def test_a_data_folder_that_cannot_be_made_is_named_with_its_setting() -> None:
@@ -491,6 +503,7 @@ def test_shared_buffers_past_half_the_memory_are_refused_before_the_server_start
     refusals = [line for line in result.stderr.splitlines() if "cannot start:" in line]
     assert len(refusals) == 1, result.stderr
     assert "ENGRAM_EMBEDDED_SHARED_BUFFERS_MB=10000000 is more than half" in refusals[0]
+    assert "Traceback" not in result.stderr, result.stderr
     assert not (tmp_path / "data" / "pgdata").exists()
 
 

@@ -195,3 +195,17 @@ def test_the_pool_keeps_the_traceback_of_any_other_failure() -> None:
 def test_serve_installs_the_pool_outage_filter() -> None:
     with served_handler("json") as handler:
         assert any(isinstance(f, PoolOutageFilter) for f in handler.filters)
+
+
+def test_uvicorns_copy_of_a_refused_starts_traceback_is_left_out() -> None:
+    """The reason is logged on one line (app/main.py); uvicorn then logged the traceback
+    of the exception that carried it (found by a README walk-through)."""
+    copy = record("uvicorn.error", "Traceback (most recent call last):\n  File ...\n"
+                  "app.main.StartupRefused: the database at ENGRAM_DATABASE_URL could not "
+                  "be reached")
+    other = record("uvicorn.error", "Traceback (most recent call last):\n  File ...\n"
+                   "ValueError: a fault")
+    with served_handler("text") as handler:
+        assert not handler.filter(copy)
+        assert handler.filter(other)
+        assert handler.filter(record("uvicorn.error", "Application startup failed. Exiting."))
