@@ -97,20 +97,27 @@ class SessionFolder:
             async with self.maker.begin() as db:
                 repository = self._repository(db)
                 locked = await repository.get(self.session_id, lock=True)
-                if (locked is None or locked.created_at != state.created_at
-                        or locked.cursor != state.cursor
-                        or locked.strategy != state.strategy):
-                    # Folds were dropped, or the strategy switched, meanwhile; or the
-                    # session was deleted, and perhaps begun again under its id, whose
-                    # cursor and strategy start as the old one's did: its turns are not
-                    # these. Read the session again.
+                if locked is None or locked.created_at != state.created_at:
+                    # The session was deleted, and perhaps begun again under its id, whose
+                    # cursor and strategy start as the old one's did: neither these turns
+                    # nor the summariser's health are its. Read the session again.
                     SESSION_FOLDS.labels("discarded").inc()
                     continue
+                # Folds dropped, or the strategy switched, meanwhile: the answer is not
+                # saved, but it still tells the summariser's health. Counted as nothing, a
+                # degraded session under a steady stream of turns (each overflow dropping
+                # the fold in flight) never recovered while every answer was good.
+                moved = (locked.cursor != state.cursor
+                         or locked.strategy != state.strategy)
                 if isinstance(summary, SummaryFailed):
                     health = after_failure(locked.health, self.health)
-                    await repository.save_failure(self.session_id, health,
-                                                  health.state != locked.health.state,
-                                                  str(summary)[:1000])
+                    await repository.save_health(self.session_id, health,
+                                                 health.state != locked.health.state,
+                                                 str(summary)[:1000])
+                elif moved:
+                    health = after_success(locked.health, self.health)
+                    await repository.save_health(self.session_id, health,
+                                                 health.state != locked.health.state)
                 else:
                     health = after_success(locked.health, self.health)
                     await repository.save_fold(
@@ -118,8 +125,10 @@ class SessionFolder:
                         health.state != locked.health.state,
                         more_due=next_fold(locked.turns, chunk.last, self.folds) is not None)
                 await self._record(repository, locked.health, health, summary)
-            SESSION_FOLDS.labels(
-                "failed" if isinstance(summary, SummaryFailed) else "saved").inc()
+            SESSION_FOLDS.labels("failed" if isinstance(summary, SummaryFailed)
+                                 else "discarded" if moved else "saved").inc()
+            if moved and not isinstance(summary, SummaryFailed):
+                continue
             if isinstance(summary, SummaryFailed):
                 log.warning("session %s: fold of turns %d-%d failed (%s), health %s",
                             self.session_id, chunk.first, chunk.last, summary,

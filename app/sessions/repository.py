@@ -165,8 +165,10 @@ class SessionRepository:
             update(ChatSession).where(self._this(session_id))
             .values(cursor=cursor, summary=summary, summary_updated_at=func.now(), **values))
 
-    async def save_failure(self, session_id: str, health: Health, changed: bool,
-                           error: str) -> None:
+    async def save_health(self, session_id: str, health: Health, changed: bool,
+                          error: str | None = None) -> None:
+        """The summariser's health after a fold whose summary is not saved (it failed,
+        with `error`, or its turns left the backlog meanwhile)."""
         await self.session.execute(
             update(ChatSession).where(self._this(session_id))
             .values(**self._health(health, changed, error)))

@@ -137,12 +137,14 @@ class SessionService:
         bounded = switched or state.health.state == "degraded"
         dropped = overflow(state.turns, state.cursor, self.folds) if bounded else []
         if dropped:
-            for chunk in dropped:
-                await self.repository.add_event(state.session_id, "backlog_overflow", {
-                    "first_turn": chunk.first, "last_turn": chunk.last,
-                    "backlog_max": self.folds.backlog_max,
-                    "health": state.health.state})
+            # One event for them all: one a fold flooded the bounded event log (a switch
+            # of a 1,100-turn session left only these, its own `strategy_changed` pushed
+            # out) and took a statement pair each (a 40k-turn session's switch: 22 s).
             cursor = dropped[-1].last
+            await self.repository.add_event(state.session_id, "backlog_overflow", {
+                "first_turn": dropped[0].first, "last_turn": cursor,
+                "folds": len(dropped), "backlog_max": self.folds.backlog_max,
+                "health": state.health.state})
             await self.repository.drop_folds(state.session_id, cursor,
                                              cursor - state.cursor)
             log.warning("session %s: fold backlog full, turns %d-%d left the context "

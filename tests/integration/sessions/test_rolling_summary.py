@@ -377,6 +377,35 @@ async def test_a_fold_whose_turns_were_dropped_meanwhile_is_discarded(
     assert (await get_json(small_client, f"/v1/sessions/{sid}"))["cursor"] == 12
 
 
+async def test_a_good_answer_whose_fold_was_dropped_meanwhile_still_counts_for_health(
+    small: Resources, small_client: httpx.AsyncClient, tenant: TenantKey,
+) -> None:
+    """Found by a sessions probe: under a steady stream of turns each overflow dropped
+    the fold in flight, whose answer was thrown away and counted as nothing, so a
+    degraded session never recovered while every answer of the LLM was good (18 of 20
+    discarded, 124 of 128 turns dropped unsummarised)."""
+    sid = new_id()
+    await say(small_client, sid, 6)
+    for _ in range(2):
+        await folder_with(small, tenant, sid, Refusing()).run()
+    gated = GatedSummariser()
+    folder = folder_with(small, tenant, sid, gated)
+    running = asyncio.create_task(folder.run())
+    await asyncio.wait_for(gated.started.wait(), 5)
+    await say(small_client, sid, 8, start=6)  # the fold in flight is dropped
+    folder.summariser = Refusing()  # and the next one fails
+    gated.release.set()
+    outcome = await asyncio.wait_for(running, 10)
+
+    assert (outcome.folds, outcome.retry_after is not None) == (0, True)
+    changes = [(e["detail"]["from"], e["detail"]["to"]) for e in reversed(
+        (await get_json(small_client, f"/v1/sessions/{sid}/events"))["items"])
+        if e["kind"] == "health_changed"]
+    assert changes[-2:] == [("degraded", "recovering"), ("recovering", "degraded")]
+    assert "stale" not in ((await get_json(
+        small_client, f"/v1/sessions/{sid}/context"))["summary"] or "")
+
+
 async def test_a_burst_of_turns_is_folded_whole_while_the_summariser_is_healthy(
     small: Resources, small_client: httpx.AsyncClient, tenant: TenantKey,
 ) -> None:
