@@ -126,7 +126,12 @@ def fold_warning(session: SessionState, policy: FoldPolicy) -> str | None:
     if session.strategy != "rolling_summary" or not fold_is_near(
             session.turns, session.cursor, policy):
         return None
+    store = "store anything critical from them as a memory (POST /v1/memories) first."
+    if session.health.state == "degraded":
+        # Nothing is summarised now: the context is truncated, and folds wait, the oldest
+        # leaving it unsummarised past the backlog's bound.
+        return ("The summariser of this session is failing: its oldest turns wait to be "
+                "summarised, and may leave the context unsummarised; " + store)
     left = turns_until_fold(session.turns, session.cursor, policy)
     when = "now" if left == 0 else f"in {left} turn{'s' if left != 1 else ''}"
-    return (f"The oldest turns of this session will be summarised {when}; store anything "
-            "critical from them as a memory (POST /v1/memories) first.")
+    return f"The oldest turns of this session will be summarised {when}; {store}"

@@ -638,3 +638,15 @@ async def test_an_answer_cut_off_in_its_reasoning_is_an_empty_one() -> None:
 def test_summary_failed_carries_code_and_detail() -> None:
     err = SummaryFailed("llm_timeout", "slow")
     assert (err.code, err.detail, str(err)) == ("llm_timeout", "slow", "llm_timeout: slow")
+
+
+@pytest.mark.parametrize("turns", [5, 6, 9])
+def test_a_degraded_summariser_is_not_promised_in_the_fold_warning(turns: int) -> None:
+    """Found by a sessions probe: while degraded the warning said the turns "will be
+    summarised now", with the context truncated and the folds waiting."""
+    warning = fold_warning(session(turns=turns, health=Health("degraded")), FOLD)
+    assert warning == (
+        "The summariser of this session is failing: its oldest turns wait to be "
+        "summarised, and may leave the context unsummarised; store anything critical from "
+        "them as a memory (POST /v1/memories) first.")
+    assert fold_warning(session(turns=3, health=Health("degraded")), FOLD) is None
