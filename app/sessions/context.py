@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from app.consolidation.ops.text import clip
 from app.sessions.folding import FoldPolicy, fold_is_near, turns_until_fold
 from app.sessions.types import SessionState, SessionStrategy, TurnView
 
@@ -26,6 +27,20 @@ def estimate_tokens(text: str) -> int:
         return max(1, -(-len(text) // CHARS_PER_TOKEN))
     ascii_chars = len(text.encode("ascii", "ignore"))
     return max(1, -(-ascii_chars // CHARS_PER_TOKEN) + len(text) - ascii_chars)
+
+
+def within_tokens(text: str, tokens: int) -> str:
+    """`text`, clipped as `clip` clips, to at most `tokens` estimated tokens."""
+    if estimate_tokens(text) <= tokens:
+        return text
+    low, high = 0, len(text)  # the longest clip that fits lies in [low, high]
+    while low < high:
+        middle = (low + high + 1) // 2
+        if estimate_tokens(clip(text, middle)) <= tokens:
+            low = middle
+        else:
+            high = middle - 1
+    return clip(text, low)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from datetime import timedelta
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.service.metrics import SESSION_FOLDS
+from app.sessions.context import CHARS_PER_TOKEN, within_tokens
 from app.sessions.folding import FoldPolicy, next_fold
 from app.sessions.health import Health, HealthPolicy, after_failure, after_success, next_try
 from app.sessions.repository import SessionRepository
@@ -94,6 +95,11 @@ class SessionFolder:
                     state.summary, turns, self.max_chars)
             except SummaryFailed as exc:
                 summary = exc
+            if isinstance(summary, str):
+                # As many tokens as `max_chars` of English make: a summary in a script of
+                # a token a character (Chinese, Japanese) took up to 4x that, more than
+                # the default budget, and left the context no recent turn.
+                summary = within_tokens(summary, self.max_chars // CHARS_PER_TOKEN)
             async with self.maker.begin() as db:
                 repository = self._repository(db)
                 locked = await repository.get(self.session_id, lock=True)

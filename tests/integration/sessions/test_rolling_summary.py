@@ -17,6 +17,7 @@ from sqlalchemy import text
 from app.providers.llm import ChatCompletionsClient
 from app.resources import Resources
 from app.sessions import folder as folder_module
+from app.sessions.context import estimate_tokens
 from app.sessions.folder import FOLD_JOB
 from app.sessions.jobs import requeue_stalled_folds
 from app.sessions.summariser import ExtractiveSummariser, SummaryFailed
@@ -404,6 +405,32 @@ async def test_a_good_answer_whose_fold_was_dropped_meanwhile_still_counts_for_h
     assert changes[-2:] == [("degraded", "recovering"), ("recovering", "degraded")]
     assert "stale" not in ((await get_json(
         small_client, f"/v1/sessions/{sid}/context"))["summary"] or "")
+
+
+class Verbose:
+    """A summariser that answers at full length in Chinese (a token a character)."""
+
+    name = "verbose"
+
+    async def fold(self, summary: str | None, turns: Sequence[TurnView], max_chars: int) -> str:
+        return "会议记录" * (max_chars // 4)
+
+
+async def test_a_summary_in_a_script_of_a_token_a_character_leaves_room_for_turns(
+    small: Resources, small_client: httpx.AsyncClient, tenant: TenantKey,
+) -> None:
+    """Found by a sessions probe: a 3,500-character Chinese summary (within the default
+    4,000 characters) was 3,500 tokens against the default 2,000-token budget, so the
+    context held it and no recent turn."""
+    sid = new_id()
+    await say(small_client, sid, 6)
+    assert (await folder_with(small, tenant, sid, Verbose()).run()).folds == 1
+
+    context = await get_json(small_client, f"/v1/sessions/{sid}/context")
+    limit = small.settings.session_summary_max_chars // 4
+    assert limit - 1 <= estimate_tokens(context["summary"]) <= limit
+    assert [t["seq"] for t in context["turns"]] == [5, 6]
+    assert context["tokens"] <= small.settings.session_budget_tokens
 
 
 async def test_a_burst_of_turns_is_folded_whole_while_the_summariser_is_healthy(

@@ -21,6 +21,7 @@ from app.sessions.context import (
     fold_warning,
     newest_within,
     strategy_in_force,
+    within_tokens,
 )
 from app.sessions.folding import (
     Chunk,
@@ -650,3 +651,14 @@ def test_a_degraded_summariser_is_not_promised_in_the_fold_warning(turns: int) -
         "summarised, and may leave the context unsummarised; store anything critical from "
         "them as a memory (POST /v1/memories) first.")
     assert fold_warning(session(turns=3, health=Health("degraded")), FOLD) is None
+
+
+@pytest.mark.parametrize("text", ["会议记录" * 500, "plain words " * 300,
+                                  "mixed 会议 words " * 200, "短"])
+@pytest.mark.parametrize("tokens", [1, 7, 250])
+def test_within_tokens_is_the_longest_clip_that_fits(text: str, tokens: int) -> None:
+    kept = within_tokens(text, tokens)
+    assert estimate_tokens(kept) <= max(tokens, 1)
+    assert text.startswith(kept.rstrip("…"))
+    if kept != text:  # the longest that fits: a larger allowance keeps more
+        assert estimate_tokens(within_tokens(text, tokens + 50)) > estimate_tokens(kept)
