@@ -29,6 +29,13 @@ def estimate_tokens(text: str) -> int:
     return max(1, -(-ascii_chars // CHARS_PER_TOKEN) + len(text) - ascii_chars)
 
 
+def chars_for(tokens: int, sample: str) -> int:
+    """About how many characters of text like `sample` make `tokens` estimated tokens."""
+    if not sample:
+        return tokens * CHARS_PER_TOKEN
+    return max(1, tokens * len(sample) // estimate_tokens(sample))
+
+
 def within_tokens(text: str, tokens: int) -> str:
     """`text`, clipped as `clip` clips, to at most `tokens` estimated tokens."""
     if estimate_tokens(text) <= tokens:

@@ -20,7 +20,7 @@ from datetime import timedelta
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.service.metrics import SESSION_FOLDS
-from app.sessions.context import CHARS_PER_TOKEN, within_tokens
+from app.sessions.context import CHARS_PER_TOKEN, chars_for, within_tokens
 from app.sessions.folding import FoldPolicy, next_fold
 from app.sessions.health import Health, HealthPolicy, after_failure, after_success, next_try
 from app.sessions.repository import SessionRepository
@@ -90,16 +90,21 @@ class SessionFolder:
                         await self._clear_flag()
                     return FoldOutcome(saved, None)
                 turns = await repository.turns_in(self.session_id, chunk)
+            # As many tokens as `max_chars` of English make: a summary in a script of a
+            # token a character (Chinese, Japanese) took up to 4x that, more than the
+            # default budget, and left the context no recent turn. The summariser is asked
+            # for as many characters of the session's own text as make them, so the cut
+            # below (which loses the summary's end) is seldom needed.
+            tokens = self.max_chars // CHARS_PER_TOKEN
+            wanted = min(self.max_chars, chars_for(tokens, "".join(
+                [state.summary or "", *(turn.content for turn in turns)])))
             try:
                 summary: str | SummaryFailed = await self.summariser.fold(
-                    state.summary, turns, self.max_chars)
+                    state.summary, turns, wanted)
             except SummaryFailed as exc:
                 summary = exc
             if isinstance(summary, str):
-                # As many tokens as `max_chars` of English make: a summary in a script of
-                # a token a character (Chinese, Japanese) took up to 4x that, more than
-                # the default budget, and left the context no recent turn.
-                summary = within_tokens(summary, self.max_chars // CHARS_PER_TOKEN)
+                summary = within_tokens(summary, tokens)
             async with self.maker.begin() as db:
                 repository = self._repository(db)
                 locked = await repository.get(self.session_id, lock=True)

@@ -412,8 +412,12 @@ class Verbose:
 
     name = "verbose"
 
+    def __init__(self) -> None:
+        self.asked: list[int] = []
+
     async def fold(self, summary: str | None, turns: Sequence[TurnView], max_chars: int) -> str:
-        return "会议记录" * (max_chars // 4)
+        self.asked.append(max_chars)
+        return "会议记录" * 1000
 
 
 async def test_a_summary_in_a_script_of_a_token_a_character_leaves_room_for_turns(
@@ -424,13 +428,21 @@ async def test_a_summary_in_a_script_of_a_token_a_character_leaves_room_for_turn
     context held it and no recent turn."""
     sid = new_id()
     await say(small_client, sid, 6)
-    assert (await folder_with(small, tenant, sid, Verbose()).run()).folds == 1
+    verbose = Verbose()
+    assert (await folder_with(small, tenant, sid, verbose).run()).folds == 1
 
     context = await get_json(small_client, f"/v1/sessions/{sid}/context")
     limit = small.settings.session_summary_max_chars // 4
     assert limit - 1 <= estimate_tokens(context["summary"]) <= limit
     assert [t["seq"] for t in context["turns"]] == [5, 6]
     assert context["tokens"] <= small.settings.session_budget_tokens
+    # Asked in English, for the characters of English; in Chinese, for a quarter.
+    assert 0.95 * limit * 4 <= verbose.asked[0] <= limit * 4
+    chinese = new_id()
+    for n in range(6):
+        await append(small_client, chinese, f"第{n}次会议 预算四千二百欧元 周三出发")
+    assert (await folder_with(small, tenant, chinese, verbose).run()).folds == 1
+    assert limit <= verbose.asked[-1] <= limit * 1.2  # digits and spaces are a quarter
 
 
 async def test_a_burst_of_turns_is_folded_whole_while_the_summariser_is_healthy(
