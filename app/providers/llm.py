@@ -64,6 +64,10 @@ class LLMError(ProviderError):
         self.code = code
         self.status = status
         self.http_status = http_status
+        # The LLM's Retry-After on the last attempt, in seconds: a caller that tries
+        # again later (a session's fold) waits at least that long. (`retry_after` is the
+        # service's own answer's.)
+        self.provider_retry_after: float | None = None
 
     def __str__(self) -> str:
         return f"{self.code}: {self.detail}"
@@ -134,6 +138,7 @@ class ChatCompletionsClient:
             if isinstance(outcome, str):
                 return outcome
             error = outcome
+            error.provider_retry_after = retry_after
             if attempt >= self._max_retries or not _is_retryable(error):
                 raise error
             if retry_after is not None and retry_after > self._backoff_max:

@@ -144,7 +144,8 @@ class SessionFolder:
                 log.warning("session %s: fold of turns %d-%d failed (%s), health %s",
                             self.session_id, chunk.first, chunk.last, summary,
                             health.state)
-                return FoldOutcome(saved, next_try(health, self.health))
+                return FoldOutcome(saved, _later_of(next_try(health, self.health),
+                                                    summary.retry_after))
             saved += 1
         return FoldOutcome(saved, None, more=True)
 
@@ -172,3 +173,17 @@ class SessionFolder:
         await repository.add_event(self.session_id, "health_changed", detail)
         log.info("session %s: summariser health %s -> %s", self.session_id, before.state,
                  after.state)
+
+
+LONGEST_ASKED_WAIT = timedelta(hours=1)
+"""The longest a provider's Retry-After holds a session's folds back: a fold due waits,
+its turns counting toward the backlog's bound, so a day asked for is taken as an hour."""
+
+
+def _later_of(delay: timedelta, asked_seconds: float | None) -> timedelta:
+    """The health policy's delay, or the LLM's Retry-After when longer: a rate-limited
+    provider got the next call on the policy's schedule (0.5 s, 1 s, ...) whatever it
+    asked."""
+    if asked_seconds is None:
+        return delay
+    return max(delay, min(timedelta(seconds=asked_seconds), LONGEST_ASKED_WAIT))

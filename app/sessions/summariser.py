@@ -25,10 +25,11 @@ class SummaryFailed(Exception):
     """The summariser could not fold the turns; `code` is stable (llm_timeout,
     llm_http_error, llm_empty_answer, ...)."""
 
-    def __init__(self, code: str, detail: str) -> None:
+    def __init__(self, code: str, detail: str, *, retry_after: float | None = None) -> None:
         super().__init__(f"{code}: {detail}")
         self.code = code
         self.detail = detail
+        self.retry_after = retry_after  # seconds the LLM asked callers to wait
 
 
 class Summariser(Protocol):
@@ -102,7 +103,7 @@ class LLMSummariser:
         try:
             answer = await self.llm.complete(SYSTEM, fold_prompt(summary, turns, max_chars))
         except LLMError as exc:
-            raise SummaryFailed(exc.code, exc.detail) from exc
+            raise SummaryFailed(exc.code, exc.detail, retry_after=exc.provider_retry_after) from exc
         except TimeoutError as exc:
             raise SummaryFailed("llm_timeout", "the LLM did not answer in time") from exc
         text = clean_llm_text(answer)

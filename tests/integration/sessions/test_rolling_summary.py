@@ -297,6 +297,24 @@ async def test_a_failure_while_recovering_degrades_again(
     assert session["cursor"] == 4
 
 
+@pytest.mark.parametrize(("asked", "waits"), [(60, 60), (0.001, 0.01), (86400, 3600)])
+async def test_a_rate_limited_llm_is_asked_again_no_sooner_than_it_said(
+    llm_small: Resources, llm_server: FakeLLMServer, tenant: TenantKey,
+    asked: float, waits: float,
+) -> None:
+    """Found by a sessions probe: on a 429 with Retry-After: 60 the next fold came on the
+    health policy's schedule (0.5 s, 1 s, ...). Shorter than the policy's delay, the
+    policy's stands; a day is taken as an hour."""
+    sid = new_id()
+    llm_server.default = Fail(429, retry_after=asked)
+    async with make_client(llm_small, tenant.headers) as client:
+        await say(client, sid, 6)
+    outcome = await fold(llm_small, tenant, sid)
+
+    assert outcome.folds == 0
+    assert outcome.retry_after == timedelta(seconds=waits)
+
+
 async def test_a_full_backlog_drops_the_oldest_fold_and_records_it(
     llm_small: Resources, llm_server: FakeLLMServer, tenant: TenantKey,
 ) -> None:
