@@ -96,16 +96,18 @@ class MemoryService:
             raise ValidationFailed.on("body", "name at least one field to change")
         if "metadata" in values:
             values["metadata_"] = values.pop("metadata")
-        if "expires_at" in values:
-            await self._refuse_outliving_sources(memory_id, values["expires_at"])
         if "content" in values:
             # Embedded before the row is touched, so no lock is held while the model runs.
             (values["embedding"],) = await self.embedder.embed([values["content"]])
-        if values.get("expires_at") is not None or "content" in values:
+        if "expires_at" in values or "content" in values:
             # It caps the memory's summaries' expiry, or dissolves them, besides changing
             # the memory: the family held first, as a delete holds it (the other order
-            # deadlocked).
+            # deadlocked). And before a summary's own expiry is checked against its
+            # sources': read first, a source's expiry set at once slipped between the
+            # check and the write, and the summary outlived it.
             await self.repository.lock_families([memory_id])
+        if "expires_at" in values:
+            await self._refuse_outliving_sources(memory_id, values["expires_at"])
         if "content" in values:
             await self._dissolve_if_rewritten(memory_id, values["content"])
         row = await self.repository.update(memory_id, values)

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from app.memories.repository import purge_expired
+from app.memories.repository import MemoryRepository, purge_expired
 from app.resources import Resources
 from tests.conftest import TenantKey
 from tests.integration.consolidation.conftest import consolidate, get_memory, memory, seed
@@ -202,3 +202,34 @@ async def test_a_summarys_own_expiry_may_not_outlive_its_first_source(
     fact = run["groups"][0]["kept_id"]
     assert (await client.patch(f"/v1/memories/{fact}", json={"expires_at": None})
             ).status_code == 200
+
+
+async def test_a_summarys_expiry_set_as_a_source_expiry_is_set_is_checked_against_it(
+    client: httpx.AsyncClient, resources: Resources, tenant: TenantKey,
+) -> None:
+    """Found by a concurrency probe: PATCHes of a summary's expiry and of its source's at
+    once both answered 200 (16 of 60 pairs), the summary outliving the source by the
+    time between: the summary's check read the sources before it waited for their
+    family. The source's PATCH is held half-way here, as its transaction does it: the
+    family, then the new expiry; the summary's must be checked against what it wrote."""
+    await seed(client, [memory(f"note {i}", i) for i in range(3)]
+               + [memory("kept", 3, importance=0.9)])
+    [group] = (await consolidate(client, user_id="u1"))["groups"]
+    summary, source = group["summary_id"], group["folded_ids"][0]
+    soon = datetime.now(UTC) + timedelta(minutes=5)
+
+    async with resources.sessionmaker() as patching_source:
+        await MemoryRepository(patching_source, tenant.tenant_id).lock_families([source])
+        await patching_source.execute(
+            text("UPDATE memories SET expires_at = :at WHERE id = :id"),
+            {"at": soon, "id": source})
+        patching = asyncio.create_task(client.patch(
+            f"/v1/memories/{summary}", json={"expires_at": (soon + timedelta(minutes=5))
+                                             .isoformat()}))
+        await asyncio.sleep(0.3)
+        assert not patching.done()
+        await patching_source.commit()
+        answer = await asyncio.wait_for(patching, 10)
+
+    assert answer.status_code == 422, answer.text
+    assert [e["field"] for e in answer.json()["errors"]] == ["expires_at"]
