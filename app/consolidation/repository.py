@@ -255,6 +255,27 @@ class ConsolidationRepository:
         row = (await self.session.execute(stmt)).first()
         return None if row is None else Refolded(row[0], row[1], row[2])
 
+    async def summarised_again(self, ids: Sequence[uuid.UUID], run_id: uuid.UUID,
+                               since: datetime) -> Refolded | None:
+        """An archived summary among `ids` (what run `run_id` folded) some of whose
+        sources a live summary written after `since` (the run) stands for: brought back,
+        two live summaries would answer for the same memories, where before the run one
+        did. (One written before the run stood beside it then, and may again.)"""
+        live = aliased(Memory)
+        stmt = (select(Memory.id, live.id, live.consolidation_id)
+                .join(live, and_(live.tenant_id == Memory.tenant_id,
+                                 live.fact_role == "summary", live.archived_at.is_(None),
+                                 live.id != Memory.id,
+                                 live.summary_of.op("&&")(Memory.summary_of)))
+                .where(Memory.tenant_id == self.tenant_id, among(ids),
+                       Memory.fact_role == "summary", Memory.archived_at.is_not(None),
+                       live.consolidation_id.is_distinct_from(run_id),
+                       live.created_at > since,
+                       live.expires_at.is_(None) | (live.expires_at > func.now()))
+                .limit(1))
+        row = (await self.session.execute(stmt)).first()
+        return None if row is None else Refolded(row[0], row[1], row[2])
+
     async def delete_summaries(self, ids: Sequence[uuid.UUID], run_id: uuid.UUID) -> int:
         stmt = delete(Memory).where(Memory.tenant_id == self.tenant_id,
                                     among(ids), Memory.fact_role == "summary",

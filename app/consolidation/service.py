@@ -162,6 +162,14 @@ class ConsolidationService:
                            f"{over.by_run}; revert that run first, or delete that summary "
                            f"(DELETE /v1/memories/{over.by_summary}) to revert this one "
                            "all the same")
+        again = (await self.repository.summarised_again(removed, run_id, run.created_at)
+                 if removed else None)
+        if again is not None:
+            raise Conflict(f"summary {again.summary_id}, which this run folded, would come "
+                           f"back beside summary {again.by_summary} of run {again.by_run}, "
+                           "which has since summarised some of the same memories; revert "
+                           "that run first, or delete that summary (DELETE /v1/memories/"
+                           f"{again.by_summary}) to revert this one all the same")
         await self.repository.delete_summaries(summary_ids, run_id)
         await self.repository.restore(removed, run_id)
         values: dict[str, Any] = {"reverted_at": func.now()}

@@ -346,3 +346,40 @@ async def test_a_sources_expiry_set_as_its_summary_is_deleted_does_not_deadlock(
 
         assert (patched.status_code, deleted.status_code) == (200, 204), (
             patched.text, deleted.text)
+
+
+async def test_a_revert_that_would_bring_a_summary_back_beside_a_newer_one_is_refused(
+    client: httpx.AsyncClient,
+) -> None:
+    """Found by a concurrency probe: S1 summarised f2, f3; an archive run over another
+    category folded S1 away; a later run summarised f2, f3 again (S2); reverting the
+    archive run brought S1 back beside S2, two live summaries of the same memories."""
+    f1, f2, f3, g = await seed(client, [
+        memory("coffee with oat milk", 0, category="c", importance=0.9),
+        memory("coffee at nine", 1, category="c", importance=0.1),
+        memory("coffee beans from Kenya", 2, category="c", importance=0.1),
+        memory("tea on Sundays", 3, category="other", importance=0.9)])
+    [first] = (await consolidate(client, user_id="u1", mode="synthesize_only",
+                                 group_threshold=2))["groups"]
+    s1 = first["summary_id"]
+    assert sorted(first["folded_ids"]) == sorted([f2, f3])
+    assert (await client.patch(f"/v1/memories/{s1}", json={"category": "other"})
+            ).status_code == 200
+    folding = await consolidate(client, user_id="u1", mode="archive", group_threshold=2,
+                                categories=["other"], include_summaries=True)
+    assert s1 in folding["groups"][0]["removed_ids"]
+    [second] = (await consolidate(client, user_id="u1", mode="synthesize_only",
+                                  group_threshold=2))["groups"]
+    s2 = second["summary_id"]
+
+    refused = await client.post(f"/v1/consolidations/{folding['id']}/revert")
+
+    assert refused.status_code == 409, refused.text
+    assert s1 in refused.json()["detail"]
+    assert s2 in refused.json()["detail"]
+    assert await active_ids(client, user_id="u1") == {f1, f2, f3, g, s2,
+                                                       folding["groups"][0]["summary_id"]}
+    # With the newer summary gone, the revert goes through and S1 is back alone.
+    assert (await client.delete(f"/v1/memories/{s2}")).status_code == 204
+    assert (await client.post(f"/v1/consolidations/{folding['id']}/revert")).status_code == 200
+    assert await active_ids(client, user_id="u1") == {f1, f2, f3, g, s1}
