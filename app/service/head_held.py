@@ -33,8 +33,8 @@ class HeadHeldTransport:
         self._transport.write(data)
 
     def flush(self) -> None:
-        if self._head is not None:
-            head, self._head = self._head, None
+        head, self._head = self._head, None
+        if head is not None and not self._transport.is_closing():
             self._transport.write(head)
 
     def close(self) -> None:

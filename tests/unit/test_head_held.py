@@ -62,3 +62,12 @@ def test_whole_answers_and_bodies_pass_as_they_are() -> None:
     transport.write(whole)
     transport.write(b"5\r\nchunk\r\n")
     assert sent.writes == [whole, b"5\r\nchunk\r\n"]
+
+
+def test_a_head_held_when_the_client_has_gone_is_dropped() -> None:
+    gone = Recorded()
+    transport = HeadHeldTransport(gone)
+    transport.write(HEAD)
+    gone.closed = True  # the connection was lost under the answer
+    transport.flush()
+    assert gone.writes == []
