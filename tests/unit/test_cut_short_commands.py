@@ -33,7 +33,6 @@ def slow_pg_dump(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     script = tmp_path / "pg_dump"
     script.write_text(FAKE_PG_DUMP)
     script.chmod(0o755)
-    monkeypatch.setattr(backup_module, "tool", lambda name: str(script))
     pidfile = tmp_path / "pg_dump.pid"
     monkeypatch.setenv("PIDFILE", str(pidfile))
     return pidfile
@@ -52,7 +51,8 @@ async def test_a_backup_cut_short_kills_pg_dump_and_leaves_no_partial_file(
     target.parent.mkdir()
     partial = target.with_name(f".{target.name}.partial")
     running = asyncio.create_task(
-        backup_module.backup("postgresql://u@127.0.0.1:9/engram", target))
+        backup_module.backup("postgresql://u@127.0.0.1:9/engram", target,
+                             backup_module.ClientTools(tmp_path)))
     await asyncio.wait_for(asyncio.to_thread(written, slow_pg_dump, partial), 10)
     pid = int(slow_pg_dump.read_text())  # noqa: ASYNC240 - the test's own small file
     # Readable by its owner alone while it is written: it holds every tenant's memories.
