@@ -204,7 +204,8 @@ class GroupExecutor:
                                        "these memories since they were selected")
             summary_id = uuid7()
             await repo.insert_summary(
-                self._summary_row(summary_id, group, result, represented, vector))
+                self._summary_row(summary_id, group, result, represented, vector),
+                folding=len(represented) > len(folded))
             deleted = 0
             if self.request.mode == "archive":
                 deleted = await repo.archive(represented, self.run_id)
@@ -231,7 +232,7 @@ class GroupExecutor:
     def _summary_row(self, summary_id: uuid.UUID, group: Group, result: OpResult,
                      represented: Sequence[uuid.UUID], vector: list[float]) -> dict[str, Any]:
         # Tags, metadata and expiry from the sources the op read; a superseded summary's
-        # text is theirs, and it expires with the first of them already.
+        # text is theirs, and its own expiry is read as the row goes in (insert_summary).
         by_id = {e.id: e for e in group.to_remove}
         folded = [by_id[i] for i in result.represented_ids]
         return {

@@ -233,3 +233,25 @@ async def test_a_summarys_expiry_set_as_a_source_expiry_is_set_is_checked_agains
 
     assert answer.status_code == 422, answer.text
     assert [e["field"] for e in answer.json()["errors"]] == ["expires_at"]
+
+
+async def test_a_summary_folding_one_whose_expiry_was_set_expires_with_it(
+    client: httpx.AsyncClient,
+) -> None:
+    """Found by a concurrency probe: S's expiry was PATCHed sooner, then an archive run
+    folded S into T, whose expiry came from the facts alone (none): T outlived S, in a
+    state a PATCH of T's expiry refuses."""
+    await seed(client, [memory(f"note {i}", i) for i in range(3)]
+               + [memory("kept", 3, importance=0.9)])
+    [first] = (await consolidate(client, user_id="u1", mode="synthesize_only"))["groups"]
+    soon = datetime.now(UTC) + timedelta(hours=1)
+    assert (await client.patch(f"/v1/memories/{first['summary_id']}",
+                               json={"expires_at": soon.isoformat()})).status_code == 200
+
+    [group] = (await consolidate(client, user_id="u1"))["groups"]
+
+    assert first["summary_id"] in group["removed_ids"]
+    folding = await get_memory(client, group["summary_id"])
+    assert parse(folding["expires_at"]) == soon
+    assert (await client.patch(f"/v1/memories/{group['summary_id']}",
+                               json={"expires_at": soon.isoformat()})).status_code == 200
