@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
 from app.consolidation.ops.base import Op, OpError
-from app.consolidation.selectors.base import Selector
+from app.consolidation.selectors.base import Selector, kept_apart_from_its_sources
 from app.consolidation.types import Entry, Group, OpContext, OpResult, Scope
 from app.providers.llm import LLMError
 
@@ -62,7 +62,7 @@ class Composite:
         by_scope: dict[Scope, list[Entry]] = defaultdict(list)
         for entry in entries:
             by_scope[entry.scope].append(entry)
-        return [replace(group, scope=scope)
+        return [replace(kept_apart_from_its_sources(group), scope=scope)
                 for scope in sorted(by_scope, key=_scope_order)
                 for group in self.selector.select(by_scope[scope])]
 

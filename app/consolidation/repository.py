@@ -157,7 +157,7 @@ class ConsolidationRepository:
                               Memory.created_at, Memory.updated_at, Memory.tags,
                               Memory.fact_role, Memory.metadata_, Memory.user_id,
                               Memory.agent_id, Memory.session_id, Memory.namespace,
-                              Memory.expires_at]
+                              Memory.expires_at, Memory.summary_of]
         if with_embeddings:
             columns.append(Memory.embedding)
         keys: list[Any] = [Memory.user_id, Memory.agent_id, Memory.session_id,
@@ -185,7 +185,8 @@ class ConsolidationRepository:
                                  fact_role=row.fact_role, metadata=row.metadata_,
                                  scope=Scope(row.user_id, row.agent_id, row.session_id,
                                              row.namespace),
-                                 expires_at=row.expires_at))
+                                 expires_at=row.expires_at,
+                                 summary_of=tuple(row.summary_of)))
             snapshots[row.id] = Snapshot(row.updated_at, content_digest(row.content))
         remainder = 0
         if len(rows) == limit:

@@ -44,6 +44,8 @@ class Entry:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     scope: Scope = NO_SCOPE
     expires_at: datetime | None = None
+    # What a summary stands for (empty for a fact).
+    summary_of: tuple[uuid.UUID, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

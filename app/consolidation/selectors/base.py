@@ -2,6 +2,7 @@
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Protocol
 
@@ -30,6 +31,36 @@ def keep_priority(entry: Entry) -> tuple[float, datetime, uuid.UUID]:
 
 def chronological(entry: Entry) -> tuple[datetime, uuid.UUID]:
     return (entry.created_at, entry.id)
+
+
+def kept_apart_from_its_sources(group: Group) -> Group:
+    """`group`, unless it keeps a summary standing for some of its own members: then the
+    first other member in keep order that is not one is kept, and the summary is folded.
+
+    Every selector obeys this, whatever it keeps. The kept entry stays as it is, so the
+    summary would stay live beside the new summary of the same memories: two answers to
+    every search for them. Folded, the new summary stands for it instead, as when a run
+    archives what a live summary covers. A group with no such member is left as it is.
+    """
+    kept = group.kept
+    if kept is None or not _summarises_one_of(kept, group):
+        return group
+    eligible = [e for e in group.to_remove if not _summarises_one_of(e, group)]
+    if not eligible:
+        return group
+    keep = max(eligible, key=keep_priority)
+    rest = sorted((e for e in (kept, *group.to_remove) if e is not keep), key=chronological)
+    return replace(group, kept=keep, to_remove=tuple(rest))
+
+
+def _summarises_one_of(entry: Entry, group: Group) -> bool:
+    if not entry.summary_of:
+        return False
+    members = {e.id for e in group.to_remove}
+    if group.kept is not None:
+        members.add(group.kept.id)
+    members.discard(entry.id)
+    return not members.isdisjoint(entry.summary_of)
 
 
 def check_group_threshold(group_threshold: int) -> None:

@@ -123,20 +123,28 @@ async def test_a_revert_is_refused_while_a_later_run_folds_a_summary_of_what_it_
     assert {*ids, earlier} <= await active_ids(client, user_id="u1")
 
 
-async def test_the_summary_a_group_keeps_is_not_folded(client: httpx.AsyncClient) -> None:
-    """Found by an exploratory probe: an include_summaries archive run kept the summary
-    (the most important candidate) and archived it all the same, its record saying both."""
-    await seed(client, [memory(f"note {i}", i) for i in range(4)])
+async def test_a_summary_of_the_groups_own_members_is_folded_not_kept(
+    client: httpx.AsyncClient,
+) -> None:
+    """Found by two exploratory probes. An include_summaries archive run kept the summary
+    (the most important candidate) and archived it all the same, its record saying both;
+    then, kept, it stayed live beside the new summary of the same memories (a concurrent
+    write probe saw two live summaries of the same sources again and again)."""
+    ids = await seed(client, [memory(f"note {i}", i) for i in range(4)])
     earlier = (await consolidate(client, user_id="u1",
                                  mode="synthesize_only"))["groups"][0]["summary_id"]
+    assert (await get_memory(client, earlier))["summary_of"] == ids[:3]
 
     dry = await consolidate(client, user_id="u1", include_summaries=True, dry_run=True)
     run = await consolidate(client, user_id="u1", include_summaries=True)
 
     for group in (dry["groups"][0], run["groups"][0]):
-        assert group["kept_id"] == earlier
-        assert earlier not in group["removed_ids"]
-    assert (await get_memory(client, earlier))["archived_at"] is None
+        assert group["kept_id"] == ids[3]
+        assert group["removed_ids"] == [*ids[:3], earlier]
+    (live,) = await summaries(client, user_id="u1")
+    assert live["id"] == run["groups"][0]["summary_id"]
+    assert (await get_memory(client, earlier))["archived_at"] is not None
+    assert await active_ids(client, user_id="u1") == {ids[3], live["id"]}
 
 
 async def test_deleting_the_archive_summary_brings_back_the_summary_it_folded(

@@ -402,6 +402,24 @@ def test_a_run_whose_scopes_each_hold_too_few_entries_plans_nothing() -> None:
     assert Composite(HighestRelevance(group_threshold=3), Concatenate()).plan(entries) == []
 
 
+@pytest.mark.parametrize("selector", [
+    HighestRelevance(group_threshold=2),
+    SimilarityCluster(group_threshold=2, max_distance=0.0),
+])
+def test_no_selector_keeps_a_summary_of_its_groups_own_members(selector: Any) -> None:
+    """Both selectors would keep the summary (the most important); the plan keeps the
+    fact it does not stand for and folds it."""
+    facts = [replace(entry(n, "notes", f"note {n}"), embedding=(1.0, 0.0)) for n in (1, 2, 3)]
+    summary = replace(entry(9, "notes", "notes 1 and 2"), embedding=(1.0, 0.0),
+                      importance=1.0, fact_role="summary",
+                      summary_of=(facts[0].id, facts[1].id))
+
+    (group,) = Composite(selector, Concatenate()).plan([*facts, summary])
+
+    assert group.kept == facts[2]
+    assert [e.id for e in group.to_remove] == [facts[0].id, facts[1].id, summary.id]
+
+
 def test_composite_refuses_a_zero_bound() -> None:
     with pytest.raises(ValueError, match="max_concurrency"):
         Composite(HighestRelevance(), Concatenate(), max_concurrency=0)

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from app.consolidation.selectors import HighestRelevance, SimilarityCluster
+from app.consolidation.selectors.base import kept_apart_from_its_sources
 from app.consolidation.types import Entry, Group
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
@@ -19,6 +20,7 @@ def entry(
     importance: float | None = 0.5,
     minute: int | None = None,
     embedding: tuple[float, ...] | None = None,
+    summary_of: tuple[int, ...] = (),
 ) -> Entry:
     return Entry(
         id=uuid.UUID(int=n),
@@ -27,6 +29,8 @@ def entry(
         importance=importance,
         created_at=T0 + timedelta(minutes=n if minute is None else minute),
         embedding=embedding,
+        fact_role="summary" if summary_of else "fact",
+        summary_of=tuple(uuid.UUID(int=i) for i in summary_of),
     )
 
 
@@ -195,3 +199,50 @@ def test_similarity_cluster_is_deterministic_and_block_size_does_not_matter() ->
         random.Random(seed).shuffle(shuffled)
         selector = SimilarityCluster(max_distance=0.05, group_threshold=2, block_size=block)
         assert selector.select(shuffled) == expected
+
+
+# the rule every selector's groups keep ----------------------------------------------
+
+
+def test_a_kept_summary_of_the_groups_own_members_is_folded_and_the_best_other_kept() -> None:
+    """The summary (most important, newest) stands for 1 and 2, which the group folds:
+    kept, it would stay live beside the new summary of the same memories."""
+    summary = entry(9, importance=0.9, summary_of=(1, 2))
+    group = Group(category="general", kept=summary,
+                  to_remove=(entry(1), entry(2, importance=0.7), entry(3)))
+
+    assert ids(kept_apart_from_its_sources(group)) == (2, [1, 3, 9])
+
+
+def test_a_kept_summary_of_other_memories_is_kept() -> None:
+    group = Group(category="general", kept=entry(9, importance=0.9, summary_of=(20, 21)),
+                  to_remove=(entry(1), entry(2)))
+
+    assert kept_apart_from_its_sources(group) == group
+
+
+def test_a_member_summarising_another_member_is_not_chosen_in_its_place() -> None:
+    """8 stands for 1 as 9 does for 2: neither summary can be kept, so the more important
+    fact is, though 8 is more important still."""
+    group = Group(category="general", kept=entry(9, importance=0.9, summary_of=(2,)),
+                  to_remove=(entry(1, importance=0.1), entry(2, importance=0.2),
+                             entry(8, importance=0.8, summary_of=(1,))))
+
+    assert ids(kept_apart_from_its_sources(group)) == (2, [1, 8, 9])
+
+
+def test_a_group_of_summaries_each_standing_for_another_is_left_as_the_selector_made_it() -> None:
+    group = Group(category="general", kept=entry(9, summary_of=(8,)),
+                  to_remove=(entry(8, summary_of=(9,)),))
+
+    assert kept_apart_from_its_sources(group) == group
+
+
+def test_a_group_that_keeps_nothing_or_a_fact_is_left_as_it_is() -> None:
+    whole = Group(category="general", kept=None,
+                  to_remove=(entry(1), entry(9, summary_of=(1,))))
+    fact_kept = Group(category="general", kept=entry(3),
+                      to_remove=(entry(1), entry(9, summary_of=(1, 3))))
+
+    assert kept_apart_from_its_sources(whole) == whole
+    assert kept_apart_from_its_sources(fact_kept) == fact_kept
