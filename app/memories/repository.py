@@ -132,6 +132,24 @@ FAMILY_LOCKS = """
              ORDER BY k) AS f"""
 _LOCK_FAMILIES = text(FAMILY_LOCKS.format(tenant=":tenant_id", ids=":ids"))
 
+# One summary level of `follow_expiry`: the summaries built from :source, their expiry
+# before and after. least() passes over nulls: a summary that never expired takes :now.
+_FOLLOW_EXPIRY = text("""
+WITH due AS (
+    SELECT s.id, s.expires_at AS was,
+           CASE WHEN s.expires_at = CAST(:was AS timestamptz)
+                THEN (SELECT min(m.expires_at) FROM memories AS m
+                       WHERE m.tenant_id = s.tenant_id AND m.id = ANY(s.summary_of))
+                ELSE least(s.expires_at, CAST(:now AS timestamptz)) END AS now
+      FROM memories AS s
+     WHERE s.tenant_id = :t AND s.fact_role = 'summary'
+       AND s.summary_of && ARRAY[CAST(:source AS uuid)]
+       FOR UPDATE OF s)
+UPDATE memories AS s SET expires_at = due.now
+  FROM due
+ WHERE s.tenant_id = :t AND s.id = due.id AND due.now IS DISTINCT FROM due.was
+RETURNING s.id, due.was, due.now""")
+
 
 def _lock_matching_families(tenant_id: uuid.UUID, filters: MemoryFilter) -> Select[Any]:
     """`FAMILY_LOCKS` for the tenant's memories that `filters` match."""
@@ -244,7 +262,7 @@ class MemoryRepository:
     async def delete(self, memory_id: uuid.UUID) -> Gone | None:
         # An expired memory is absent to DELETE as to GET and PATCH: otherwise the answer
         # (204 or 404) would depend on whether the maintenance purge had run yet. Its
-        # summaries expired with it (`cap_summaries_expiry`, and consolidation's).
+        # summaries expired with it (`follow_expiry`, and consolidation's).
         stmt = (
             delete(Memory)
             .where(Memory.tenant_id == self.tenant_id, Memory.id == memory_id, live())
@@ -318,20 +336,28 @@ class MemoryRepository:
             .where(Memory.tenant_id == self.tenant_id, Memory.id == memory_id,
                    Memory.fact_role == "summary")))
 
-    async def cap_summaries_expiry(self, memory_id: uuid.UUID, expires_at: datetime) -> None:
-        """Make every summary built from the memory, or from such a summary in turn,
-        expire no later than `expires_at`, the memory's new expiry: a summary holds its
-        sources' text, which must not outlive them."""
-        frontier = [memory_id]
-        while frontier:
-            frontier = list((await self.session.execute(
-                update(Memory)
-                .where(Memory.tenant_id == self.tenant_id, Memory.fact_role == "summary",
-                       Memory.summary_of.op("&&")(uuid_array(frontier)),
-                       or_(Memory.expires_at.is_(None), Memory.expires_at > expires_at))
-                .values(expires_at=expires_at)
-                .returning(Memory.id)
-                .execution_options(synchronize_session=False))).scalars())
+    async def expiry_of(self, memory_id: uuid.UUID) -> datetime | None:
+        """The memory's expiry (None: none, or no such memory)."""
+        return cast(datetime | None, await self.session.scalar(
+            select(Memory.expires_at)
+            .where(Memory.tenant_id == self.tenant_id, Memory.id == memory_id)))
+
+    async def follow_expiry(self, memory_id: uuid.UUID, before: datetime | None,
+                            after: datetime | None) -> None:
+        """After the memory's expiry moved from `before` to `after`: every summary built
+        from it, or from such a summary in turn, expires no later than `after` (it holds
+        the memory's text, which must not outlive it). A summary that expired with the
+        memory (`before`) expires with the first of its sources again, so a source's
+        expiry put off or cleared puts it off too; one that expires sooner of its own
+        (a client's PATCH) keeps its own."""
+        changed = [(memory_id, before, after)]
+        while changed:
+            moved: list[tuple[uuid.UUID, datetime | None, datetime | None]] = []
+            for source, was, now in changed:
+                moved += [(r.id, r.was, r.now) for r in (await self.session.execute(
+                    _FOLLOW_EXPIRY, {"t": self.tenant_id, "source": source, "was": was,
+                                     "now": now})).all()]
+            changed = moved
 
     async def delete_versions(self, memory_id: uuid.UUID) -> int | None:
         """Erase the memory's earlier states; how many, or None when the memory is absent

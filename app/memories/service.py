@@ -106,15 +106,17 @@ class MemoryService:
             # sources': read first, a source's expiry set at once slipped between the
             # check and the write, and the summary outlived it.
             await self.repository.lock_families([memory_id])
+        previous_expiry = None
         if "expires_at" in values:
             await self._refuse_outliving_sources(memory_id, values["expires_at"])
+            previous_expiry = await self.repository.expiry_of(memory_id)
         if "content" in values:
             await self._dissolve_if_rewritten(memory_id, values["content"])
         row = await self.repository.update(memory_id, values)
         if row is None:
             raise NotFound(f"memory {memory_id} does not exist")
-        if values.get("expires_at") is not None:
-            await self.repository.cap_summaries_expiry(memory_id, values["expires_at"])
+        if "expires_at" in values:
+            await self.repository.follow_expiry(memory_id, previous_expiry, values["expires_at"])
         return Memory.model_validate(row)
 
     async def _dissolve_if_rewritten(self, memory_id: uuid.UUID, content: str) -> None:

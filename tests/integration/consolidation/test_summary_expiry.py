@@ -98,13 +98,73 @@ async def test_an_expiry_set_on_a_source_later_caps_every_summary_built_from_it(
 
     for built in (summary, above):
         assert parse((await get_memory(client, built))["expires_at"]) == end
-    # A later expiry of the source does not lift the summaries' cap.
-    later = (end + timedelta(days=1)).isoformat()
+
+    # Put off, and then cleared, the source's expiry lifts the cap it set, through the
+    # summary of the summary too: no source of either expires any more.
+    later = end + timedelta(days=1)
     assert (await client.patch(f"/v1/memories/{ids[3]}",
-                               json={"expires_at": later})).status_code == 200
+                               json={"expires_at": later.isoformat()})).status_code == 200
+    for built in (summary, above):
+        assert parse((await get_memory(client, built))["expires_at"]) == later
     cleared = await client.patch(f"/v1/memories/{ids[3]}", json={"expires_at": None})
     assert cleared.status_code == 200, cleared.text
-    assert parse((await get_memory(client, summary))["expires_at"]) == end
+    for built in (summary, above):
+        assert (await get_memory(client, built))["expires_at"] is None
+
+
+@pytest.mark.parametrize("mode", ["archive", "synthesize_only"])
+async def test_a_summary_expires_with_its_first_source_as_a_source_expiry_is_put_off(
+    client: httpx.AsyncClient, mode: str,
+) -> None:
+    """Found by an exploratory search probe: a source's expiry put off (or cleared) left
+    its summary expiring at the old time. The summary went though no source had; in
+    archive mode the three facts it had archived, which never expire, were out of search
+    and listing until the purge, which then deleted the summary for good."""
+    soon = datetime.now(UTC) + timedelta(minutes=5)
+    other = soon + timedelta(hours=2)
+    ids = await seed(client, [memory("Erin walks Toast at 7", 0, expires_at=soon.isoformat()),
+                              memory("Toast eats salmon kibble", 1,
+                                     expires_at=other.isoformat()),
+                              memory("the vet is Dr Ames", 2),
+                              memory("kept", 3, importance=0.9)])
+    [group] = (await consolidate(client, user_id="u1", mode=mode))["groups"]
+    summary = group["summary_id"]
+    assert parse((await get_memory(client, summary))["expires_at"]) == soon
+
+    later = soon + timedelta(days=30)
+    assert (await client.patch(f"/v1/memories/{ids[0]}",
+                               json={"expires_at": later.isoformat()})).status_code == 200
+    # With the first of its sources to expire now.
+    assert parse((await get_memory(client, summary))["expires_at"]) == other
+    assert (await client.patch(f"/v1/memories/{ids[1]}",
+                               json={"expires_at": None})).status_code == 200
+    assert parse((await get_memory(client, summary))["expires_at"]) == later
+    assert (await client.patch(f"/v1/memories/{ids[0]}",
+                               json={"expires_at": None})).status_code == 200
+    assert (await get_memory(client, summary))["expires_at"] is None
+    # Brought forward again, the cap comes back.
+    assert (await client.patch(f"/v1/memories/{ids[2]}",
+                               json={"expires_at": soon.isoformat()})).status_code == 200
+    assert parse((await get_memory(client, summary))["expires_at"]) == soon
+
+
+async def test_a_summarys_own_sooner_expiry_stays_as_a_source_expiry_is_put_off(
+    client: httpx.AsyncClient,
+) -> None:
+    end = datetime.now(UTC) + timedelta(hours=1)
+    ids = await seed(client, [memory(f"note {i}", i, expires_at=end.isoformat())
+                              for i in range(3)] + [memory("kept", 3, importance=0.9)])
+    [group] = (await consolidate(client, user_id="u1"))["groups"]
+    summary = group["summary_id"]
+    own = end - timedelta(minutes=30)
+    assert (await client.patch(f"/v1/memories/{summary}",
+                               json={"expires_at": own.isoformat()})).status_code == 200
+
+    for memory_id in ids[:3]:
+        assert (await client.patch(f"/v1/memories/{memory_id}",
+                                   json={"expires_at": None})).status_code == 200
+
+    assert parse((await get_memory(client, summary))["expires_at"]) == own
 
 
 async def expire_now(resources: Resources, memory_id: str) -> None:
