@@ -31,6 +31,7 @@ from app.consolidation.txn import RunTransactions
 from app.consolidation.types import Entry, Group, OpResult
 from app.errors import answer_lost
 from app.ids import uuid7
+from app.memories.summary_labels import same_json
 from app.resources import Resources
 from app.validation import RESERVED_METADATA_KEYS
 
@@ -96,20 +97,6 @@ def common_metadata(entries: Sequence[Entry]) -> dict[str, Any]:
     return {key: value for key, value in first.items()
             if key not in RESERVED_METADATA_KEYS
             and all(key in e.metadata and same_json(e.metadata[key], value) for e in rest)}
-
-
-def same_json(a: Any, b: Any) -> bool:
-    """JSON equality, as jsonb's: Python's == takes true for 1 (and 1 for 1.0, which jsonb
-    also does)."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(same_json(a[k], b[k]) for k in a)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(map(same_json, a, b))
-    if isinstance(a, int | float) and isinstance(b, int | float):
-        return a == b
-    return type(a) is type(b) and bool(a == b)
 
 
 class GroupExecutor:

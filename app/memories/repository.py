@@ -42,6 +42,7 @@ from sqlalchemy.orm import aliased
 
 from app.db import Fetcher, delete_in_batches, jsonb
 from app.errors import LOCK_NOT_AVAILABLE, sqlstate
+from app.memories.summary_labels import Labels
 from app.models import SCOPE_COLUMNS, Memory, MemoryVersion
 from app.models.vector import vector_text
 from app.search.term_stats import USER_KEY
@@ -149,6 +150,20 @@ UPDATE memories AS s SET expires_at = due.now
   FROM due
  WHERE s.tenant_id = :t AND s.id = due.id AND due.now IS DISTINCT FROM due.was
 RETURNING s.id, due.was, due.now""")
+
+# UNION, not UNION ALL: a summary folded by two summaries is read once, and a cycle
+# (none is written, but nothing forbids one) ends.
+_BUILT_FROM = text("""
+WITH RECURSIVE built(id) AS (
+    SELECT id FROM memories
+     WHERE tenant_id = :t AND fact_role = 'summary'
+       AND summary_of && ARRAY[CAST(:m AS uuid)]
+    UNION
+    SELECT s.id FROM memories AS s JOIN built AS b ON s.summary_of && ARRAY[b.id]
+     WHERE s.tenant_id = :t AND s.fact_role = 'summary')
+SELECT m.tags, m.category, m.metadata
+  FROM memories AS m JOIN built USING (id)
+ WHERE m.tenant_id = :t""")
 
 
 def _lock_matching_families(tenant_id: uuid.UUID, filters: MemoryFilter) -> Select[Any]:
@@ -308,6 +323,20 @@ class MemoryRepository:
                 await self.session.execute(
                     unarchive(self.tenant_id, sources, summary.consolidation_id))
         return len(deleted) - before
+
+    async def labels_of(self, memory_id: uuid.UUID) -> Labels | None:
+        """The memory's tags, category and metadata (None when there is no such memory)."""
+        row = (await self.session.execute(
+            select(Memory.tags, Memory.category, Memory.metadata_)
+            .where(Memory.tenant_id == self.tenant_id, Memory.id == memory_id))).first()
+        return None if row is None else Labels(tuple(row.tags), row.category, row.metadata_)
+
+    async def labels_of_summaries_built_from(self, memory_id: uuid.UUID) -> list[Labels]:
+        """The labels of every summary built from the memory, or from such a summary in
+        turn."""
+        rows = (await self.session.execute(_BUILT_FROM, {"t": self.tenant_id,
+                                                         "m": memory_id})).all()
+        return [Labels(tuple(r.tags), r.category, r.metadata) for r in rows]
 
     async def content_for_update(self, memory_id: uuid.UUID) -> tuple[str, bool] | None:
         """The memory's text, its row locked, and whether a summary was built from it;

@@ -22,10 +22,14 @@ from app.memories.schemas import (
     MemoryUpdate,
     MemoryVersion,
 )
+from app.memories.summary_labels import Labels, still_said
 from app.models import SCOPE_COLUMNS
 from app.providers.embedder import Embedder
 
 log = logging.getLogger("engram.memories")
+
+# A memory's fields a summary of it carries too (what its sources share).
+_LABELS = frozenset({"tags", "metadata_", "category"})
 
 DELETE_GUARD = ("name a scope (user_id, agent_id, session_id, namespace), tags, categories "
                 "or metadata: without one the delete would remove every memory of the tenant")
@@ -99,8 +103,8 @@ class MemoryService:
         if "content" in values:
             # Embedded before the row is touched, so no lock is held while the model runs.
             (values["embedding"],) = await self.embedder.embed([values["content"]])
-        if "expires_at" in values or "content" in values:
-            # It caps the memory's summaries' expiry, or dissolves them, besides changing
+        if values.keys() & {"expires_at", "content", *_LABELS}:
+            # It moves the memory's summaries' expiry, or dissolves them, besides changing
             # the memory: the family held first, as a delete holds it (the other order
             # deadlocked). And before a summary's own expiry is checked against its
             # sources': read first, a source's expiry set at once slipped between the
@@ -112,6 +116,8 @@ class MemoryService:
             previous_expiry = await self.repository.expiry_of(memory_id)
         if "content" in values:
             await self._dissolve_if_rewritten(memory_id, values["content"])
+        if values.keys() & _LABELS:
+            await self._dissolve_if_relabelled(memory_id, values)
         row = await self.repository.update(memory_id, values)
         if row is None:
             raise NotFound(f"memory {memory_id} does not exist")
@@ -132,6 +138,27 @@ class MemoryService:
             log.info("deleted %d summaries of tenant %s built from a rewritten memory, and "
                      "brought back what they had archived", dissolved,
                      self.repository.tenant_id)
+
+    async def _dissolve_if_relabelled(self, memory_id: uuid.UUID,
+                                      values: dict[str, Any]) -> None:
+        """A summary carries the tags and metadata its sources share, and their category:
+        one that says of the memory what its change makes untrue (a tag it lost, say
+        `public`) would answer a filter on it with the memory's text, so it goes as for
+        a rewrite, and what it had archived comes back for a later run to summarise
+        with the labels they now have. A label only added leaves it as it is."""
+        before = await self.repository.labels_of(memory_id)
+        if before is None:
+            return
+        after = Labels(tuple(values.get("tags", before.tags)),
+                       values.get("category", before.category),
+                       values.get("metadata_", before.metadata))
+        summaries = await self.repository.labels_of_summaries_built_from(memory_id)
+        if all(still_said(summary, before, after) for summary in summaries):
+            return
+        dissolved = await self.repository.dissolve_summaries(memory_id)
+        log.info("deleted %d summaries of tenant %s whose labels a change of memory %s "
+                 "made untrue, and brought back what they had archived", dissolved,
+                 self.repository.tenant_id, memory_id)
 
     async def _refuse_outliving_sources(self, memory_id: uuid.UUID,
                                         expires_at: datetime | None) -> None:

@@ -101,3 +101,58 @@ async def test_a_rewrite_of_a_missing_memory_is_404_and_dissolves_nothing(
 
     assert resp.status_code == 404
     assert (await get_memory(client, run["groups"][0]["summary_id"]))["archived_at"] is None
+
+
+HERON = {"tags": ["heron", "confidential"], "metadata": {"doc": "heron"}, "category": "proj"}
+
+
+async def fold_heron(client: httpx.AsyncClient, mode: str) -> tuple[list[str], str]:
+    ids = await seed(client, [memory(text, i, **HERON) for i, text in enumerate(
+        ["Project Heron launches in March", "Heron's lead is Lee", "Heron's vendor is Acme",
+         "Project Heron's budget is 2 million"])])
+    [group] = (await consolidate(client, user_id="u1", mode=mode))["groups"]
+    summary = await get_memory(client, group["summary_id"])
+    assert (summary["tags"], summary["metadata"], summary["category"]) == (
+        HERON["tags"], HERON["metadata"], HERON["category"])
+    assert ids[0] in group["folded_ids"]
+    return ids, group["summary_id"]
+
+
+@pytest.mark.parametrize("mode", ["archive", "synthesize_only"])
+@pytest.mark.parametrize("change", [
+    {"tags": ["heron", "public"]}, {"metadata": {"doc": "press"}}, {"metadata": {}},
+    {"category": "press"},
+])
+async def test_a_source_relabelled_out_of_what_its_summary_says_dissolves_it(
+    client: httpx.AsyncClient, resources: Resources, tenant: TenantKey, mode: str,
+    change: dict[str, object],
+) -> None:
+    """Found by an exploratory search probe: a source re-tagged (or its metadata or
+    category changed) left its summary carrying the labels they had shared, so a search
+    filtered by `confidential` answered with the summary, and in it the text of a
+    memory no longer tagged so."""
+    ids, summary = await fold_heron(client, mode)
+
+    await rewrite(client, ids[0], **change)
+
+    assert (await client.get(f"/v1/memories/{summary}")).status_code == 404
+    assert await active_ids(client, user_id="u1") == set(ids)
+    found = await client.post("/v1/search", json={
+        "query": "Project Heron launches", "user_id": "u1", "tags": ["confidential"],
+        "metadata": {"doc": "heron"}, "categories": ["proj"]})
+    assert found.status_code == 200, found.text
+    assert not [r for r in found.json()["results"] if "March" in r["memory"]["content"]]
+    await assert_consistent(resources, tenant.tenant_id)
+
+
+async def test_a_label_added_or_changed_where_the_summary_says_nothing_keeps_it(
+    client: httpx.AsyncClient,
+) -> None:
+    ids, summary = await fold_heron(client, "archive")
+
+    await rewrite(client, ids[0], tags=["heron", "confidential", "reviewed"],
+                  metadata={"doc": "heron", "page": 3}, importance=0.9)
+    await rewrite(client, ids[1], tags=["confidential", "heron"])
+
+    assert (await get_memory(client, summary))["archived_at"] is None
+    assert await active_ids(client, user_id="u1") == {ids[3], summary}
