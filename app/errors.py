@@ -295,10 +295,11 @@ _NOT_JSON = "must be JSON, sent with Content-Type: application/json"
 
 
 def _json_content_type(value: str | None) -> bool:
-    """Whether FastAPI parses a body sent with this Content-Type as JSON (it does with
-    none at all)."""
+    """Whether FastAPI parses a body sent with this Content-Type as JSON. Not with none
+    at all since 0.132 (`strict_content_type`, kept on: a browser sends a body without
+    one, and without a CORS preflight, to a service on localhost with auth off)."""
     if value is None:
-        return True
+        return False
     kind = value.split(";", 1)[0].strip().lower()
     return kind == "application/json" or (kind.startswith("application/")
                                           and kind.endswith("+json"))
