@@ -325,10 +325,11 @@ class MemoryRepository:
         return len(deleted) - before
 
     async def labels_of(self, memory_id: uuid.UUID) -> Labels | None:
-        """The memory's tags, category and metadata (None when there is no such memory)."""
+        """The memory's tags, category and metadata (None when absent or expired)."""
         row = (await self.session.execute(
             select(Memory.tags, Memory.category, Memory.metadata_)
-            .where(Memory.tenant_id == self.tenant_id, Memory.id == memory_id))).first()
+            .where(Memory.tenant_id == self.tenant_id, Memory.id == memory_id,
+                   live()))).first()
         return None if row is None else Labels(tuple(row.tags), row.category, row.metadata_)
 
     async def labels_of_summaries_built_from(self, memory_id: uuid.UUID) -> list[Labels]:
