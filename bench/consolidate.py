@@ -36,6 +36,7 @@ import hashlib
 import logging
 import random
 import re
+import shutil
 import struct
 import sys
 import tempfile
@@ -329,6 +330,8 @@ async def main(args: argparse.Namespace) -> None:
     finally:
         await engine.dispose()
         await asyncio.to_thread(pg.stop)
+        # pg.stop deletes the cluster it made inside; the folder is this script's.
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def report(args: argparse.Namespace, seeded: dict[str, float],
