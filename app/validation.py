@@ -193,6 +193,35 @@ Content = Annotated[
 ScopeId = Annotated[str, StringConstraints(min_length=1, max_length=255),
                     AfterValidator(storable_text), AfterValidator(not_blank),
                     _DeclaredNotBlank()]
+
+
+def path_segment(value: str) -> str:
+    # '/' would end the segment, and clients resolve '.' and '..' away before sending
+    # (RFC 3986, 5.2.4): a session so named was made only by a raw request, and no
+    # client could name it again.
+    if "/" in value or value in (".", ".."):
+        raise ValueError("must not contain '/' nor be '.' or '..' (no URL could name it)")
+    return value
+
+
+PATH_SEGMENT_PATTERN = r"^(?!\.{1,2}$)[^/]*[^ \t\n\r\f\v/][^/]*$"
+
+
+class _DeclaredPathSegment:
+    """`_DeclaredNotBlank`'s pattern, plus `path_segment`'s rule."""
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler,
+    ) -> JsonSchemaValue:
+        json_schema = handler(schema)
+        json_schema["pattern"] = PATH_SEGMENT_PATTERN
+        return json_schema
+
+
+# A scope id that is also a URL path segment (a session's, in its endpoints' paths).
+PathScopeId = Annotated[ScopeId, AfterValidator(path_segment), _DeclaredPathSegment()]
+
+
 # Blank once stripped is refused: declared, as for scope ids, so a client knows.
 Category = Annotated[str, StringConstraints(strip_whitespace=True, max_length=100),
                      AfterValidator(not_empty), AfterValidator(storable_text),

@@ -26,12 +26,13 @@ from app.sessions.schemas import (
 )
 from app.sessions.service import IdentityRejected, SessionReads, SessionService
 from app.sessions.types import SessionStrategy
-from app.validation import ScopeId
+from app.validation import PathScopeId, ScopeId
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
-SessionId = Annotated[ScopeId, Path(description="The client's id for the session "
-                                                "(1 to 255 characters, no '/').")]
+SessionId = Annotated[PathScopeId, Path(
+    description="The client's id for the session (1 to 255 characters, no '/', not '.' "
+                "or '..').")]
 
 
 def _service(request: Request, session: SessionDep, caller: CallerDep) -> SessionService:

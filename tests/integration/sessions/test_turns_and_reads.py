@@ -4,6 +4,7 @@ input, tenancy, idempotent retries, and each context strategy."""
 from __future__ import annotations
 
 import asyncio
+import re
 from datetime import datetime
 
 import httpx
@@ -15,6 +16,7 @@ from app.sessions.config import fold_policy
 from app.sessions.repository import SessionReader, SessionRepository
 from app.sessions.service import SessionReads
 from app.sessions.types import SessionState
+from app.validation import PATH_SEGMENT_PATTERN
 from tests.conftest import TenantKey, make_client
 from tests.integration.sessions.conftest import append, get_json, new_id, with_settings
 
@@ -95,6 +97,35 @@ async def test_a_session_id_over_255_characters_is_422_naming_the_path(
                              json={"role": "user", "content": "x"})
     assert resp.status_code == 422
     assert [e["field"] for e in resp.json()["errors"]] == ["path.session_id"]
+
+
+@pytest.mark.parametrize("raw", ["%2E", "%2E%2E", ".%2E"])
+async def test_a_session_id_no_url_could_name_is_422_naming_the_path(
+    client: httpx.AsyncClient, raw: str,
+) -> None:
+    """Found by an exploratory contract probe: a raw request (curl --path-as-is) made a
+    session named '..', which every client resolves away before sending, so none could
+    read or delete it again."""
+    resp = await client.post(f"/v1/sessions/{raw}/turns", json={"role": "user",
+                                                               "content": "x"})
+    assert resp.status_code == 422, resp.text
+    assert [e["field"] for e in resp.json()["errors"]] == ["path.session_id"]
+    assert "'..'" in resp.json()["errors"][0]["message"]
+    listed = await client.get("/v1/sessions")
+    assert listed.json()["items"] == []
+    # Dots within an id are an id like any other.
+    for sid in ("...", "v1.2", ".hidden"):
+        made = await client.post(f"/v1/sessions/{sid}/turns", json={"role": "user",
+                                                                     "content": "x"})
+        assert made.status_code == 201, made.text
+
+
+def test_the_declared_session_id_pattern_says_what_the_service_refuses() -> None:
+    pattern = re.compile(PATH_SEGMENT_PATTERN)
+    for refused in (".", "..", "a/b", "/", "  ", ""):
+        assert not pattern.search(refused), refused
+    for allowed in ("...", "v1.2", ".hidden", "chat-42", " a "):
+        assert pattern.search(allowed), allowed
 
 
 async def test_a_blank_session_id_is_422_naming_the_path(client: httpx.AsyncClient) -> None:
