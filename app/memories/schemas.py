@@ -37,9 +37,11 @@ class MemoryCreate(BaseModel):
     session_id: ScopeId | None = None
     namespace: ScopeId | None = None
     category: Category = "general"
-    tags: TagList = Field(default_factory=list)
+    # The default declared too: a generator reads a field with none as defaulting to
+    # null, and a client built from it sent "tags": null (422).
+    tags: TagList = Field(default_factory=list, json_schema_extra={"default": []})
     importance: Importance = 0.5
-    metadata: Metadata = Field(default_factory=dict)
+    metadata: Metadata = Field(default_factory=dict, json_schema_extra={"default": {}})
     source: Source = "api"
     created_at: AwareDatetime | None = Field(
         default=None, description="When it was learnt, when importing history; now when "

@@ -511,3 +511,25 @@ async def test_list_memories_pages_with_cursor_and_limit(document: dict[str, Any
     assert "cursor" in params
     limit = params["limit"]["schema"]
     assert (limit["default"], limit["maximum"], limit["minimum"]) == (50, 500, 1)
+
+
+async def test_every_optional_field_a_client_sends_that_may_not_be_null_declares_its_default(
+    document: dict[str, Any],
+) -> None:
+    """Found by an exploratory contract probe: MemoryCreate's tags and metadata declared
+    none (the server fills in [] and {}), a generator read them as defaulting to null,
+    and its client sent "tags": null, which is 422. A PATCH body is left out: there an
+    absent field means "unchanged", which no default says."""
+    schemas = document["components"]["schemas"]
+    sent: set[str] = set()
+    for method, _, op in operations(document).values():
+        for media in op.get("requestBody", {}).get("content", {}).values():
+            if method != "patch":
+                sent.add(media["schema"]["$ref"].rsplit("/", 1)[-1])
+    missing = [f"{name}.{field}" for name in sorted(sent)
+               for field, schema in schemas[name].get("properties", {}).items()
+               if field not in schemas[name].get("required", []) and "default" not in schema
+               and {"type": "null"} not in schema.get("anyOf", [])]
+
+    assert sent >= {"MemoryCreate", "SearchRequest", "TurnCreate", "ConsolidationRequest"}
+    assert missing == []
