@@ -149,6 +149,9 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
         413: "The request body is larger than the service reads (`payload_too_large`; "
              "ENGRAM_MAX_BODY_MB, 64 MiB by default): split the batch",
         422: "Invalid input; `errors` names each bad field",
+        431: "The request's line and headers are larger than 1 MiB "
+             "(`request_header_fields_too_large`), answered before the request reaches "
+             "the service (with a request id of its own) and the connection closed",
         429: "The tenant's requests came faster than its rate limit (`rate_limited`), "
              "or it had its share of the requests in flight (`concurrency_limited`); "
              "Retry-After says when to retry",
@@ -164,7 +167,7 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
              "down, or (`overloaded`) too many requests were in flight (Retry-After)",
         504: "An upstream provider did not answer in time",
     }
-    wanted = {401, 403, 408, 413, 422, 429, 500, 503, *statuses}
+    wanted = {401, 403, 408, 413, 422, 429, 431, 500, 503, *statuses}
     if 502 in wanted:
         # A route that calls a provider can see it fail (502) or time out (504).
         wanted.add(504)

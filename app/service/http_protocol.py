@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 from typing import Any, cast
 
@@ -39,10 +40,13 @@ _BODY = json.dumps({
     "title": "Request header fields too large", "status": 431,
     "detail": f"the request's line and headers are larger than {MAX_HEAD_BYTES // 1024} KiB, "
               "the most this service reads"}).encode()
-_ANSWER = (b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+_ANSWER_HEAD = (b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
            b"content-type: application/problem+json\r\n"
            b"content-length: " + str(len(_BODY)).encode() + b"\r\n"
-           b"connection: close\r\n\r\n" + _BODY)
+           b"connection: close\r\n"
+           # Every answer carries one, as the OpenAPI document declares; the request's
+           # own is somewhere in the head this refuses to read.
+           b"x-request-id: ")
 
 
 class BoundedHeadProtocol(HttpToolsProtocol):
@@ -91,7 +95,7 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def _refuse(self) -> None:
-        self.transport.write(_ANSWER)
+        self.transport.write(_ANSWER_HEAD + os.urandom(16).hex().encode() + b"\r\n\r\n" + _BODY)
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self._lingering = self.loop.call_later(LINGER_SECONDS, self.transport.close)

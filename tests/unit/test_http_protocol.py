@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -89,8 +90,10 @@ async def test_a_head_past_the_bound_is_431_and_closed(port: int, past: int) -> 
                             b"a" * (MAX_HEAD_BYTES + past))
 
     assert answer.startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n")
-    problem = json.loads(answer.split(b"\r\n\r\n", 1)[1])
-    assert problem["status"] == 431
+    head, body = answer.split(b"\r\n\r\n", 1)
+    assert json.loads(body)["status"] == 431
+    # As every answer, and as the OpenAPI document declares for it.
+    assert re.search(rb"\r\nx-request-id: [0-9a-f]{32}(\r\n|$)", head)
 
 
 async def test_ordinary_heads_and_large_bodies_pass(port: int) -> None:
