@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Annotated, Any
@@ -169,30 +170,36 @@ def not_empty(value: str) -> str:
     return value
 
 
-class _DeclaredNotBlank:
-    """States in the JSON Schema that a blank value is refused; the check itself stays
-    `not_blank`'s (scope ids) or stripping's and min_length's (content, tags, categories),
-    for plainer messages than a pattern's."""
+@dataclass(frozen=True)
+class _DeclaredPattern:
+    """States a rule in the JSON Schema as a pattern; the check itself stays a
+    validator's (`not_blank`, `path_segment`; stripping and min_length for content, tags
+    and categories), for plainer messages than a pattern's."""
+
+    pattern: str
 
     def __get_pydantic_json_schema__(
         self, schema: CoreSchema, handler: GetJsonSchemaHandler,
     ) -> JsonSchemaValue:
         json_schema = handler(schema)
-        json_schema["pattern"] = _NOT_BLANK_PATTERN
+        json_schema["pattern"] = self.pattern
         return json_schema
+
+
+_DECLARED_NOT_BLANK = _DeclaredPattern(_NOT_BLANK_PATTERN)
 
 
 Text = Annotated[str, AfterValidator(storable_text)]
 Content = Annotated[
     str,
     StringConstraints(strip_whitespace=True, max_length=32768),
-    AfterValidator(not_empty), AfterValidator(storable_text), _DeclaredNotBlank(),
+    AfterValidator(not_empty), AfterValidator(storable_text), _DECLARED_NOT_BLANK,
 ]
 
 
 ScopeId = Annotated[str, StringConstraints(min_length=1, max_length=255),
                     AfterValidator(storable_text), AfterValidator(not_blank),
-                    _DeclaredNotBlank()]
+                    _DECLARED_NOT_BLANK]
 
 
 def path_segment(value: str) -> str:
@@ -207,27 +214,17 @@ def path_segment(value: str) -> str:
 PATH_SEGMENT_PATTERN = r"^(?!\.{1,2}$)[^/]*[^ \t\n\r\f\v/][^/]*$"
 
 
-class _DeclaredPathSegment:
-    """`_DeclaredNotBlank`'s pattern, plus `path_segment`'s rule."""
-
-    def __get_pydantic_json_schema__(
-        self, schema: CoreSchema, handler: GetJsonSchemaHandler,
-    ) -> JsonSchemaValue:
-        json_schema = handler(schema)
-        json_schema["pattern"] = PATH_SEGMENT_PATTERN
-        return json_schema
-
-
 # A scope id that is also a URL path segment (a session's, in its endpoints' paths).
-PathScopeId = Annotated[ScopeId, AfterValidator(path_segment), _DeclaredPathSegment()]
+PathScopeId = Annotated[ScopeId, AfterValidator(path_segment),
+                        _DeclaredPattern(PATH_SEGMENT_PATTERN)]
 
 
 # Blank once stripped is refused: declared, as for scope ids, so a client knows.
 Category = Annotated[str, StringConstraints(strip_whitespace=True, max_length=100),
                      AfterValidator(not_empty), AfterValidator(storable_text),
-                     _DeclaredNotBlank()]
+                     _DECLARED_NOT_BLANK]
 Tag = Annotated[str, StringConstraints(strip_whitespace=True, max_length=100),
-                AfterValidator(not_empty), AfterValidator(storable_text), _DeclaredNotBlank()]
+                AfterValidator(not_empty), AfterValidator(storable_text), _DECLARED_NOT_BLANK]
 TagList = Annotated[list[Tag], Field(max_length=64), AfterValidator(dedupe)]
 # An empty list filters nothing, as in search and the listing (a generated client sends
 # [] for a field left unset).
