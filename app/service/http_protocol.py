@@ -41,12 +41,12 @@ _BODY = json.dumps({
     "detail": f"the request's line and headers are larger than {MAX_HEAD_BYTES // 1024} KiB, "
               "the most this service reads"}).encode()
 _ANSWER_HEAD = (b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
-           b"content-type: application/problem+json\r\n"
-           b"content-length: " + str(len(_BODY)).encode() + b"\r\n"
-           b"connection: close\r\n"
-           # Every answer carries one, as the OpenAPI document declares; the request's
-           # own is somewhere in the head this refuses to read.
-           b"x-request-id: ")
+             b"content-type: application/problem+json\r\n"
+             b"content-length: " + str(len(_BODY)).encode() + b"\r\n"
+             b"connection: close\r\n"
+             # Every answer carries one, as the OpenAPI document declares; the request's
+             # own is somewhere in the head this refuses to read.
+             b"x-request-id: ")
 
 
 class BoundedHeadProtocol(HttpToolsProtocol):
