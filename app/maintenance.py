@@ -1,6 +1,7 @@
 """Periodic housekeeping inside the service process: forgetting old idempotency keys,
 deleting expired memories, and deleting sessions idle past their retention, memories'
-earlier states past theirs and the job queue's log past its."""
+earlier states past theirs, the job queue's log past its and the consolidation runs no
+memory names past theirs."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
+from app.consolidation.repository import purge_runs_finished_before
 from app.errors import log_failed_round
 from app.idempotency.repository import purge_older_than
 from app.memories.repository import purge_expired, purge_versions_replaced_before
@@ -79,6 +81,17 @@ def start_maintenance(resources: Resources) -> None:
             INTERVAL_SECONDS, delete_old_queue_log, what="queue_log",
             name="job queue log purge",
             done=f"deleted %d job queue log rows older than {logged}")))
+    if settings.consolidation_run_retention_days > 0:
+        ended = timedelta(days=settings.consolidation_run_retention_days)
+
+        async def delete_old_runs() -> int:
+            return await purge_runs_finished_before(resources.engine, datetime.now(UTC) - ended)
+
+        resources.background.append(asyncio.create_task(every(
+            INTERVAL_SECONDS, delete_old_runs, what="consolidation_runs",
+            name="consolidation run purge",
+            done=f"deleted %d consolidation runs that ended more than {ended} ago and that "
+                 "no memory names")))
     idle = retention(settings)
     if idle is not None:
         async def delete_idle_sessions() -> int:

@@ -149,6 +149,11 @@ class Settings(BaseSettings):
     # traceback) and its per-second statistics, which pgqueuer never deletes: days kept,
     # 0 for ever. A busy service's folds and automatic runs write ~1.7 KB a job.
     queue_log_retention_days: float = Field(default=7, ge=0, le=36500)
+    # Consolidation runs that ended this many days ago and that no memory names any more
+    # (no summary of theirs stands, no fact they archived is still archived): their record
+    # is all that is left of them, and automatic runs write one every N memories of a
+    # scope, most of them folding nothing. 0 keeps every run.
+    consolidation_run_retention_days: float = Field(default=30, ge=0, le=36500)
 
     # Search: candidate depth of each list, the fusion and scoring weights, the summary
     # down-weight. Chosen from the sweep in bench/retrieval_eval.py (see the README).

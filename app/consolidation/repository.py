@@ -1,7 +1,8 @@
 """SQL for consolidation: candidates, the per-group write, revert, and run records.
 
 Every statement is confined to the repository's tenant; the crash sweep's two, which look
-at every tenant's running runs, are the module-level functions.
+at every tenant's running runs, and the runs' retention purge are the module-level
+functions.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from sqlalchemy import (
@@ -30,7 +31,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.dialects.postgresql import array
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.orm import aliased
 
 from app.consolidation.schemas import ConsolidationRequest
@@ -543,3 +544,53 @@ async def fail_never_started(session: AsyncSession, error: str,
     rows = (await session.execute(NEVER_STARTED_RUNS, {
         "error": error, "job_entrypoint": job, "job_payload_key": "run_id"})).all()
     return [(r.tenant_id, r.id, r.trigger) for r in rows]
+
+
+# One window of the runs that ended before :cutoff, past the last one a round saw (in the
+# order of ix_consolidation_runs_finished), and of it those no memory names: a run whose
+# summaries and archived facts are all gone (deleted, reverted, dissolved) or that never
+# wrote any (a dry run, a run with nothing to fold, a failed one). A run a memory names is
+# kept: it is the summary's lineage and what a revert restores from; and a run that has
+# ended never comes to be named again, so one found unnamed stays so.
+PURGE_RUNS = text("""
+WITH seen AS (
+    SELECT r.tenant_id, r.id, r.finished_at FROM consolidation_runs AS r
+     WHERE r.finished_at IS NOT NULL AND r.finished_at < :cutoff
+       AND (r.finished_at, r.tenant_id, r.id)
+           > (CAST(:after_at AS timestamptz), CAST(:after_tenant AS uuid),
+              CAST(:after_id AS uuid))
+     ORDER BY r.finished_at, r.tenant_id, r.id
+     LIMIT :batch
+), gone AS (
+    DELETE FROM consolidation_runs AS r USING seen AS s
+     WHERE r.tenant_id = s.tenant_id AND r.id = s.id
+       AND NOT EXISTS (SELECT 1 FROM memories AS m
+                        WHERE m.tenant_id = s.tenant_id AND m.consolidation_id = s.id)
+    RETURNING r.id
+)
+SELECT (SELECT count(*) FROM seen) AS seen, (SELECT count(*) FROM gone) AS removed,
+       l.finished_at, l.tenant_id, l.id
+  FROM (SELECT 1) AS one
+  LEFT JOIN LATERAL (SELECT * FROM seen ORDER BY finished_at DESC, tenant_id DESC, id DESC
+                      LIMIT 1) AS l ON true
+""")
+_FIRST_KEY = (datetime(1, 1, 1, tzinfo=UTC), uuid.UUID(int=0), uuid.UUID(int=0))
+
+
+async def purge_runs_finished_before(engine: AsyncEngine, cutoff: datetime,
+                                     batch: int = 500) -> int:
+    """Delete the runs that ended before `cutoff` and that no memory names any more (a
+    maintenance job: ENGRAM_CONSOLIDATION_RUN_RETENTION_DAYS); how many. `batch` runs are
+    looked at a transaction, walking on past the ones kept, so the runs whose summaries
+    stand are read once a round, not once a batch."""
+    removed = 0
+    after_at, after_tenant, after_id = _FIRST_KEY
+    while True:
+        async with engine.begin() as conn:
+            row = (await conn.execute(PURGE_RUNS, {
+                "cutoff": cutoff, "batch": batch, "after_at": after_at,
+                "after_tenant": after_tenant, "after_id": after_id})).one()
+        removed += int(row.removed)
+        if row.seen < batch:
+            return removed
+        after_at, after_tenant, after_id = row.finished_at, row.tenant_id, row.id

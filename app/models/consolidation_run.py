@@ -38,6 +38,9 @@ class ConsolidationRun(Base):
         # The crash sweep reads only the few runs still marked running.
         Index("ix_consolidation_runs_running", "lock_key",
               postgresql_where=text("status = 'running'")),
+        # The retention's purge walks the runs that ended before its cutoff (0029).
+        Index("ix_consolidation_runs_finished", "finished_at", "tenant_id", "id",
+              postgresql_where=text("finished_at IS NOT NULL")),
     )
 
     tenant_id: Mapped[uuid.UUID] = mapped_column(

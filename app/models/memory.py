@@ -93,6 +93,10 @@ class Memory(Base):
         Index("ix_memories_tenant_user_expiring", "tenant_id", "user_id", "expires_at",
               postgresql_where=text("expires_at IS NOT NULL AND archived_at IS NULL "
                                     "AND user_id IS NOT NULL")),
+        # What names a run (its summaries, the facts it archived): the consolidation
+        # runs' retention keeps a run while any does (migration 0029).
+        Index("ix_memories_consolidation", "tenant_id", "consolidation_id",
+              postgresql_where=text("consolidation_id IS NOT NULL")),
         # Only active rows (migration 0002): search never reads archived ones, and an
         # archiving UPDATE then adds no graph node for the row's new version, which made
         # consolidation's archive step several times slower (bench/consolidate.py).

@@ -114,7 +114,8 @@ EMBEDDED_RESTARTS = Counter("engram_embedded_postgres_restarts_total",
                             "next check)", ["outcome"], registry=REGISTRY)
 MAINTENANCE_DELETED = Counter("engram_maintenance_deleted_total",
                               "Rows the maintenance rounds deleted, by what: expired_memories, "
-                              "idempotency_keys, idle_sessions, memory_versions", ["what"],
+                              "idempotency_keys, idle_sessions, memory_versions, queue_log, "
+                              "consolidation_runs", ["what"],
                               registry=REGISTRY)
 MAINTENANCE_FAILURES = Counter("engram_maintenance_failures_total",
                                "Maintenance rounds that failed (retried next round), by what",
