@@ -34,33 +34,33 @@ def chronological(entry: Entry) -> tuple[datetime, uuid.UUID]:
 
 
 def kept_apart_from_its_sources(group: Group) -> Group:
-    """`group`, unless it keeps a summary standing for some of its own members: then the
-    first other member in keep order that is not one is kept, and the summary is folded.
+    """`group`, unless what it keeps would stay live beside the new summary of the same
+    memories: a summary standing for some of its own members, or a member that a summary
+    it folds stands for (its text is in that summary, and so in the new one). Then the
+    first member in keep order that is neither is kept, or none when every member is one,
+    and the group folds the rest.
 
-    Every selector obeys this, whatever it keeps. The kept entry stays as it is, so the
-    summary would stay live beside the new summary of the same memories: two answers to
-    every search for them. Folded, the new summary stands for it instead, as when a run
-    archives what a live summary covers. A group with no such member is left as it is.
+    Every selector obeys this, whatever it keeps. The kept entry stays as it is, so either
+    would give every search for those memories two answers. Folded, the new summary stands
+    for it instead, as when a run archives what a live summary covers. A group whose kept
+    entry is neither is left as it is.
     """
     kept = group.kept
-    if kept is None or not _summarises_one_of(kept, group):
+    if kept is None:
         return group
-    eligible = [e for e in group.to_remove if not _summarises_one_of(e, group)]
-    if not eligible:
+    members = (kept, *group.to_remove)
+    ids = {e.id for e in members}
+    covered = {i for e in members for i in e.summary_of if i != e.id and i in ids}
+
+    def keepable(entry: Entry) -> bool:
+        return entry.id not in covered and covered.isdisjoint(entry.summary_of)
+
+    if keepable(kept):
         return group
-    keep = max(eligible, key=keep_priority)
-    rest = sorted((e for e in (kept, *group.to_remove) if e is not keep), key=chronological)
+    eligible = [e for e in group.to_remove if keepable(e)]
+    keep = max(eligible, key=keep_priority) if eligible else None
+    rest = sorted((e for e in members if e is not keep), key=chronological)
     return replace(group, kept=keep, to_remove=tuple(rest))
-
-
-def _summarises_one_of(entry: Entry, group: Group) -> bool:
-    if not entry.summary_of:
-        return False
-    members = {e.id for e in group.to_remove}
-    if group.kept is not None:
-        members.add(group.kept.id)
-    members.discard(entry.id)
-    return not members.isdisjoint(entry.summary_of)
 
 
 def check_group_threshold(group_threshold: int) -> None:

@@ -147,6 +147,30 @@ async def test_a_summary_of_the_groups_own_members_is_folded_not_kept(
     assert await active_ids(client, user_id="u1") == {ids[3], live["id"]}
 
 
+async def test_no_member_a_folded_summary_holds_is_kept_beside_the_new_summary(
+    client: httpx.AsyncClient,
+) -> None:
+    """Two synthesize_only runs (as automatic runs are), the second with include_summaries:
+    S stands for A and B, S3 for C, D and E. An archive run over all of them kept E in
+    S3's place, and E stayed live beside the new summary holding its text through S3 (an
+    exploratory probe). Every member is held by a summary the run folds, so none is kept."""
+    a, b, c = await seed(client, [memory(f"gym note {i}", i) for i in range(3)])
+    first = (await consolidate(client, user_id="u1", mode="synthesize_only"))["groups"][0]
+    d, e = await seed(client, [memory(f"gym note {i}", i) for i in range(3, 5)])
+    second = (await consolidate(client, user_id="u1", mode="synthesize_only",
+                                include_summaries=True))["groups"][0]
+    s, s3 = first["summary_id"], second["summary_id"]
+    assert (await get_memory(client, s))["summary_of"] == [a, b]
+    assert (await get_memory(client, s3))["summary_of"] == [c, d, e]
+
+    run = await consolidate(client, user_id="u1", include_summaries=True)
+
+    (group,) = run["groups"]
+    assert group["kept_id"] is None
+    assert set(group["removed_ids"]) == {a, b, c, d, e, s, s3}
+    assert await active_ids(client, user_id="u1") == {group["summary_id"]}
+
+
 async def test_deleting_the_archive_summary_brings_back_the_summary_it_folded(
     client: httpx.AsyncClient,
 ) -> None:

@@ -206,12 +206,13 @@ def test_similarity_cluster_is_deterministic_and_block_size_does_not_matter() ->
 
 def test_a_kept_summary_of_the_groups_own_members_is_folded_and_the_best_other_kept() -> None:
     """The summary (most important, newest) stands for 1 and 2, which the group folds:
-    kept, it would stay live beside the new summary of the same memories."""
+    kept, it would stay live beside the new summary of the same memories. Nor is 2 kept,
+    though the next most important: its text is in the summary the group folds."""
     summary = entry(9, importance=0.9, summary_of=(1, 2))
     group = Group(category="general", kept=summary,
                   to_remove=(entry(1), entry(2, importance=0.7), entry(3)))
 
-    assert ids(kept_apart_from_its_sources(group)) == (2, [1, 3, 9])
+    assert ids(kept_apart_from_its_sources(group)) == (3, [1, 2, 9])
 
 
 def test_a_kept_summary_of_other_memories_is_kept() -> None:
@@ -222,27 +223,48 @@ def test_a_kept_summary_of_other_memories_is_kept() -> None:
 
 
 def test_a_member_summarising_another_member_is_not_chosen_in_its_place() -> None:
-    """8 stands for 1 as 9 does for 2: neither summary can be kept, so the more important
-    fact is, though 8 is more important still."""
-    group = Group(category="general", kept=entry(9, importance=0.9, summary_of=(2,)),
-                  to_remove=(entry(1, importance=0.1), entry(2, importance=0.2),
+    """8 stands for 1 as 9 does for 4: neither summary can be kept, nor the facts they
+    stand for, so the one fact no summary holds is, though the least important."""
+    group = Group(category="general", kept=entry(9, importance=0.9, summary_of=(4,)),
+                  to_remove=(entry(1, importance=0.3), entry(2, importance=0.1),
+                             entry(4, importance=0.4),
                              entry(8, importance=0.8, summary_of=(1,))))
 
-    assert ids(kept_apart_from_its_sources(group)) == (2, [1, 8, 9])
+    assert ids(kept_apart_from_its_sources(group)) == (2, [1, 4, 8, 9])
 
 
-def test_a_group_of_summaries_each_standing_for_another_is_left_as_the_selector_made_it() -> None:
+def test_a_group_whose_every_member_a_summary_holds_keeps_nothing() -> None:
+    """The next run after two synthesize_only ones, with include_summaries: S (9) stands
+    for 1 and 2, S3 (8) for 3, 4 and 5. Any member kept would stay live beside the new
+    summary holding its text (a fact 5 kept in S3's place: an exploratory probe), so the
+    group folds them all."""
+    group = Group(category="general", kept=entry(8, importance=0.9, summary_of=(3, 4, 5)),
+                  to_remove=(*(entry(n) for n in range(1, 6)),
+                             entry(9, importance=0.7, summary_of=(1, 2))))
+
+    assert ids(kept_apart_from_its_sources(group)) == (None, [1, 2, 3, 4, 5, 8, 9])
+
+
+def test_a_group_of_summaries_each_standing_for_another_keeps_nothing() -> None:
     group = Group(category="general", kept=entry(9, summary_of=(8,)),
                   to_remove=(entry(8, summary_of=(9,)),))
 
-    assert kept_apart_from_its_sources(group) == group
+    assert ids(kept_apart_from_its_sources(group)) == (None, [8, 9])
 
 
-def test_a_group_that_keeps_nothing_or_a_fact_is_left_as_it_is() -> None:
+def test_a_kept_fact_a_folded_summary_holds_is_folded_too() -> None:
+    """The selector kept 3, but 9, which the group folds, stands for it."""
+    group = Group(category="general", kept=entry(3, importance=0.9),
+                  to_remove=(entry(1), entry(2), entry(9, summary_of=(1, 3))))
+
+    assert ids(kept_apart_from_its_sources(group)) == (2, [1, 3, 9])
+
+
+def test_a_group_that_keeps_nothing_or_a_fact_no_summary_holds_is_left_as_it_is() -> None:
     whole = Group(category="general", kept=None,
                   to_remove=(entry(1), entry(9, summary_of=(1,))))
     fact_kept = Group(category="general", kept=entry(3),
-                      to_remove=(entry(1), entry(9, summary_of=(1, 3))))
+                      to_remove=(entry(1), entry(9, summary_of=(1,))))
 
     assert kept_apart_from_its_sources(whole) == whole
     assert kept_apart_from_its_sources(fact_kept) == fact_kept
