@@ -12,6 +12,14 @@ The close lingers: the answer is sent with the end of the stream, and what the c
 still sends is read and dropped for up to LINGER_SECONDS, until it closes. Closed at
 once, the socket held the client's unread bytes, and the kernel answered them with a
 reset that overtook the 431 (a test saw it under load).
+
+An upgrade offer the service does not take (`Upgrade: h2c`, which Java's HttpClient and
+Spring's RestClient send on every plain-http request) is served as the HTTP/1.1 request it
+also is, as RFC 9110 7.8 lets a server do. httptools ends such a request at its head and
+pauses, its body unread: uvicorn answered it as a request with no body (422 for every
+write from a Java client), and a body that came in a later read as a bad request (a
+plain-text 400, the connection closed; uvicorn issue #2722). Set aside at its head, the
+request is fed again to a new parser with the offer left out (app/service/upgrade_offer.py).
 """
 
 from __future__ import annotations
@@ -23,9 +31,11 @@ import os
 import time
 from typing import Any, cast
 
+import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app.service.head_held import HeadHeldTransport
+from app.service.upgrade_offer import without_upgrade_offer
 
 log = logging.getLogger("engram.http")
 
@@ -58,6 +68,8 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         self._in_head = True
         self._head_bytes = 0
         self._lingering: asyncio.TimerHandle | None = None
+        # The head of a request offering an upgrade not taken, to be fed again without it.
+        self._declined: bytes | None = None
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
@@ -72,15 +84,29 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self._in_head = True
         self._head_bytes = 0
+        self._declined = None
 
     def on_headers_complete(self) -> None:
         self._in_head = False
+        # An Upgrade header: httptools takes a CONNECT for an upgrade too, which has none
+        # to leave out, and goes as uvicorn takes it.
+        if (self.parser.should_upgrade() and self._get_upgrade() is not None
+                and not self._should_upgrade()):
+            # No cycle yet: httptools ends this request here, its body unread.
+            self._declined = without_upgrade_offer(
+                self.parser.get_method(), self.url, self.parser.get_http_version(),
+                self.headers)
+            return
         super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        if self._declined is None:
+            super().on_message_complete()
 
     def data_received(self, data: bytes) -> None:
         if self._lingering is not None:
             return  # refused: read and dropped until the client closes
-        super().data_received(data)
+        self._feed(data)
         # Counted once fed: a piece that finished the head (and began the body) is not
         # the head's, so a large upload's first read is never taken for one.
         if not self._in_head or self.transport.is_closing():
@@ -88,6 +114,27 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         self._head_bytes += len(data)
         if self._head_bytes > MAX_HEAD_BYTES:
             self._refuse()
+
+    def _feed(self, data: bytes) -> None:
+        """uvicorn's data_received, but for an upgrade offer it does not take."""
+        self._unset_keepalive_if_required()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            msg = "Invalid HTTP request received."
+            self.logger.warning(msg)
+            self.send_400_response(msg)
+        except httptools.HttpParserUpgrade as upgrade:
+            head, self._declined = self._declined, None
+            if head is not None:
+                # The rest of this read is the request's body, and whatever follows it.
+                self.parser = httptools.HttpRequestParser(self)
+                self.parser.set_dangerous_leniencies(lenient_data_after_close=True)
+                self._feed(head + data[upgrade.args[0]:])
+            elif self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._lingering is not None:

@@ -1,8 +1,11 @@
-"""The head bound of the service's HTTP protocol, on a real uvicorn server on 127.0.0.1.
+"""The head bound of the service's HTTP protocol, and its answer to an upgrade offer it
+does not take, on a real uvicorn server on 127.0.0.1.
 
 Found by re-probing the admission path: httptools' cost for a header grows with the
 square of its size and uvicorn sets no bound, so one client without a key sending a
-160 MiB header stalled the event loop ~25 s."""
+160 MiB header stalled the event loop ~25 s. And by a generated Java client (JDK
+HttpClient, which offers `Upgrade: h2c` on every plain-http request): every write it made
+reached the app with no body."""
 
 from __future__ import annotations
 
@@ -32,7 +35,12 @@ async def echo(scope: Any, receive: Any, send: Any) -> None:
         body += message.get("body", b"")
         if not message.get("more_body"):
             break
-    answer = json.dumps({"body_bytes": len(body), "headers": len(scope["headers"])}).encode()
+    seen: dict[str, Any] = {"body_bytes": len(body), "headers": len(scope["headers"])}
+    if scope["path"] == "/names":
+        seen = {"body": body.decode(), "method": scope["method"],
+                "names": [name.decode() for name, _ in scope["headers"]],
+                "connection": dict(scope["headers"]).get(b"connection", b"").decode()}
+    answer = json.dumps(seen).encode()
     await send({"type": "http.response.start", "status": 200,
                 "headers": [(b"content-length", str(len(answer)).encode())]})
     await send({"type": "http.response.body", "body": answer})
@@ -158,3 +166,79 @@ async def test_a_streamed_answer_goes_out_piece_by_piece(port: int) -> None:
         assert rest == b"4\r\nlast\r\n0\r\n\r\n"
     finally:
         writer.close()
+
+
+H2C = (b"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
+       b"HTTP2-Settings: AAEAAEAAAAIAAAAAAAMAAAAAAAQBAAAAAAUAAEAAAAYABgAA\r\n")
+
+
+async def answers(reader: asyncio.StreamReader, n: int) -> list[dict[str, Any]]:
+    """The next `n` answers' bodies (each 200, with a length)."""
+    out = []
+    for _ in range(n):
+        head = await read_until(reader, b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n"), head
+        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        out.append(json.loads(await asyncio.wait_for(reader.readexactly(length), 2)))
+    return out
+
+
+@pytest.mark.parametrize("later", [False, True], ids=["with_the_head", "in_a_later_read"])
+async def test_an_upgrade_offer_not_taken_is_served_as_the_request_it_came_with(
+    port: int, later: bool,
+) -> None:
+    """RFC 9110 7.8: the offer is ignored, the body delivered. Before, the app got the
+    request with no body and, when the body came in a read of its own, the client a
+    plain-text 400 and a closed connection. The app sees no Upgrade header, and the
+    Connection header keeps its other options."""
+    body = b'{"content": "Alice prefers green tea."}'
+    head = (b"POST /names HTTP/1.1\r\nHost: x\r\n" + H2C
+            + b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body))
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        if later:
+            writer.write(head)
+            await writer.drain()
+            await asyncio.sleep(0.2)
+            writer.write(body)
+        else:
+            writer.write(head + body)
+        (seen,) = await answers(reader, 1)
+        assert seen["body"] == body.decode()
+        assert seen["method"] == "POST"
+        assert "upgrade" not in seen["names"]
+        assert "http2-settings" in seen["names"]
+        assert seen["connection"] == "HTTP2-Settings"
+        # And the connection serves on.
+        writer.write(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
+        (after,) = await answers(reader, 1)
+        assert after["body_bytes"] == 3
+    finally:
+        writer.close()
+
+
+async def test_chunked_and_pipelined_requests_offering_an_upgrade_are_each_served(
+    port: int,
+) -> None:
+    chunked = (b"POST /names HTTP/1.1\r\nHost: x\r\n" + H2C
+               + b"Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
+    sized = (b"PATCH /names HTTP/1.1\r\nHost: x\r\n" + H2C
+             + b"Content-Length: 4\r\n\r\nwxyz")
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(chunked + sized + b"GET /names HTTP/1.1\r\nHost: x\r\n" + H2C + b"\r\n")
+        seen = await answers(reader, 3)
+        assert [(s["method"], s["body"]) for s in seen] == [
+            ("POST", "abcde"), ("PATCH", "wxyz"), ("GET", "")]
+    finally:
+        writer.close()
+
+
+async def test_an_upgrade_offer_that_also_asks_to_close_is_answered_then_closed(
+    port: int,
+) -> None:
+    answer = await exchange(port, b"POST / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, close\r\n"
+                                  b"Upgrade: h2c\r\nContent-Length: 2\r\n\r\nhi")
+
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n"), answer[:200]
+    assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["body_bytes"] == 2
