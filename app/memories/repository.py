@@ -161,7 +161,7 @@ WITH RECURSIVE built(id) AS (
     UNION
     SELECT s.id FROM memories AS s JOIN built AS b ON s.summary_of && ARRAY[b.id]
      WHERE s.tenant_id = :t AND s.fact_role = 'summary')
-SELECT m.tags, m.category, m.metadata
+SELECT m.id, m.tags, m.category, m.metadata
   FROM memories AS m JOIN built USING (id)
  WHERE m.tenant_id = :t""")
 
@@ -301,6 +301,21 @@ class MemoryRepository:
         and bring back what they had archived, the memory among them. How many went."""
         return await self._dissolve([memory_id], [], set())
 
+    async def dissolve(self, summary_ids: Sequence[uuid.UUID]) -> int:
+        """Delete these summaries and every summary built from them in turn, and bring
+        back what they had archived. How many went."""
+        rows = (await self.session.execute(
+            select(*_GONE)
+            .where(Memory.tenant_id == self.tenant_id, Memory.fact_role == "summary",
+                   among(summary_ids))
+            .with_for_update())).all()
+        gone = [r.id for r in rows]
+        if not gone:
+            return 0
+        await self.session.execute(delete(Memory).where(
+            Memory.tenant_id == self.tenant_id, among(gone)))
+        return len(gone) + await self._dissolve(gone, [Gone(*r) for r in rows], set(gone))
+
     async def _dissolve(self, frontier: list[uuid.UUID], went: list[Gone],
                         deleted: set[uuid.UUID]) -> int:
         before = len(deleted)
@@ -332,12 +347,13 @@ class MemoryRepository:
                    live()))).first()
         return None if row is None else Labels(tuple(row.tags), row.category, row.metadata_)
 
-    async def labels_of_summaries_built_from(self, memory_id: uuid.UUID) -> list[Labels]:
-        """The labels of every summary built from the memory, or from such a summary in
-        turn."""
+    async def labels_of_summaries_built_from(
+            self, memory_id: uuid.UUID) -> list[tuple[uuid.UUID, Labels]]:
+        """Every summary built from the memory, or from such a summary in turn, with its
+        labels."""
         rows = (await self.session.execute(_BUILT_FROM, {"t": self.tenant_id,
                                                          "m": memory_id})).all()
-        return [Labels(tuple(r.tags), r.category, r.metadata) for r in rows]
+        return [(r.id, Labels(tuple(r.tags), r.category, r.metadata)) for r in rows]
 
     async def content_for_update(self, memory_id: uuid.UUID) -> tuple[str, bool] | None:
         """The memory's text, its row locked, and whether a summary was built from it;

@@ -152,10 +152,14 @@ class MemoryService:
         after = Labels(tuple(values.get("tags", before.tags)),
                        values.get("category", before.category),
                        values.get("metadata_", before.metadata))
-        summaries = await self.repository.labels_of_summaries_built_from(memory_id)
-        if all(still_said(summary, before, after) for summary in summaries):
+        untrue = [summary_id for summary_id, labels
+                  in await self.repository.labels_of_summaries_built_from(memory_id)
+                  if not still_said(labels, before, after)]
+        if not untrue:
             return
-        dissolved = await self.repository.dissolve_summaries(memory_id)
+        # Only those, and what is built from them: a summary whose labels stay true of the
+        # memory still says nothing false of it.
+        dissolved = await self.repository.dissolve(untrue)
         log.info("deleted %d summaries of tenant %s whose labels a change of memory %s "
                  "made untrue, and brought back what they had archived", dissolved,
                  self.repository.tenant_id, memory_id)

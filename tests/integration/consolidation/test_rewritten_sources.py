@@ -156,3 +156,28 @@ async def test_a_label_added_or_changed_where_the_summary_says_nothing_keeps_it(
 
     assert (await get_memory(client, summary))["archived_at"] is None
     assert await active_ids(client, user_id="u1") == {ids[3], summary}
+
+
+async def test_a_relabel_dissolves_only_the_summaries_it_makes_untrue(
+    client: httpx.AsyncClient,
+) -> None:
+    """S (synthesize_only, of A and B) says tag p of A; S2 (an archive run over tag x, of A
+    and X) says x. A losing x makes S2 untrue, not S: S stays, as it was. Every summary
+    built from A went (a re-probe of 3d69556)."""
+    a, b, _ = await seed(client, [memory(f"pool fact {i}", i, tags=tags) for i, tags in
+                                  enumerate((["p", "x"], ["p"], ["p"]))])
+    s = (await consolidate(client, user_id="u1", mode="synthesize_only"))["groups"][0]
+    assert s["folded_ids"] == [a, b]
+    x, _ = await seed(client, [memory(f"pool fact {i}", i, tags=["p", "x"])
+                               for i in range(3, 5)])
+    s2 = (await consolidate(client, user_id="u1", tags=["x"]))["groups"][0]
+    assert set(s2["folded_ids"]) == {a, x}
+    assert (await get_memory(client, s2["summary_id"]))["tags"] == ["p", "x"]
+    before = await get_memory(client, s["summary_id"])
+
+    await rewrite(client, a, tags=["p"])
+
+    assert (await client.get(f"/v1/memories/{s2['summary_id']}")).status_code == 404
+    assert await get_memory(client, s["summary_id"]) == before
+    assert (await get_memory(client, a))["archived_at"] is None
+    assert (await get_memory(client, x))["archived_at"] is None
