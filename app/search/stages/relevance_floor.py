@@ -8,8 +8,12 @@ term in its content is kept whatever its similarity: the lexical match is the re
 A match of a row's day words alone (each row's day number, month and year are indexed
 with it) is not: "tungsten in 2026", "May I know...", "12 times 4" matched every row of
 such a day. A row of a day the query names (`QueryAnalysis.dates`) is kept, as that day
-is then the relation. And a summary request with nothing else in it ("recap", "tl;dr")
-ties to no row by its words or its vector: when nothing passes, it keeps the summaries. The default
+is then the relation. A summary request keeps a summary of a row it keeps ("summarize
+what you know about my health": the summary of the health facts may name no word of it and
+sit under the floor, while a fact it covers passes): that summary is what it asks for, and
+the summary coverage stage then lifts it by its sources. And a summary request with nothing
+else in it ("recap", "tl;dr") ties to no row by its words or its vector: when nothing
+passes, it keeps the summaries. The default
 floor for the local model (0.25, `Settings.min_similarity`) comes from
 bench/retrieval_eval.py (the README has the sweep): with all-MiniLM-L6-v2, 99% of the
 evidence turns of its questions sit above 0.32, and up to 0.25 the floor cost no recall
@@ -50,6 +54,8 @@ class RelevanceFloor:
     def __call__(self, ctx: SearchContext, /) -> SearchContext:
         days = frozenset(ctx.query.dates)
         reasons = [(c, self._kept_by(c, days)) for c in ctx.candidates]
+        if ctx.query.style == "summary":
+            reasons = _with_summaries_of_kept(reasons)
         kept = [(c, why) for c, why in reasons if why is not None]
         if not kept and ctx.query.style == "summary":
             kept = [(c, "summary_request") for c in ctx.candidates if c.is_summary]
@@ -60,3 +66,19 @@ class RelevanceFloor:
                                             "kept_by": why})
             for c, why in kept
         ))
+
+
+def _with_summaries_of_kept(reasons: list[tuple[Candidate, str | None]]
+                            ) -> list[tuple[Candidate, str | None]]:
+    """`reasons` with every summary of a kept row kept too ("source_kept"), through
+    summaries of summaries."""
+    kept = {c.memory_id for c, why in reasons if why is not None}
+    added = True
+    while added:
+        added = False
+        for i, (c, why) in enumerate(reasons):
+            if why is None and c.is_summary and not kept.isdisjoint(c.covers):
+                reasons[i] = (c, "source_kept")
+                kept.add(c.memory_id)
+                added = True
+    return reasons

@@ -592,3 +592,44 @@ async def test_metadata_and_a_creation_window_pick_the_answer_among_paraphrases(
         none = await search(client, question, metadata={"doc": "email-7"},
                             created_before="2026-03-05T00:00:00Z")
         assert none["results"] == []
+
+
+# --- a summary request and the relevance floor ---------------------------------------------
+
+HEALTH_FACTS = ("The user takes ibuprofen for back pain.",
+                "The user sees a physiotherapist on Tuesdays.",
+                "The user is allergic to penicillin.",
+                "The user had knee surgery in 2024.")
+WORK_FACTS = ("The user works at a logistics startup.", "The user's manager is called Priya.",
+              "The user wants a promotion next year.")
+
+
+async def test_a_summary_request_gets_the_summary_of_the_facts_it_finds(
+    model_resources: Resources,
+) -> None:
+    """Summaries as consolidation writes them (synthesize_only, one per category): "summarize
+    what you know about my health" shares no word with the health summary, which sits under
+    the floor, while one of the facts it covers passes. The floor keeps the summary of a row
+    it keeps for a summary request, and the coverage stage then puts it first; without that
+    the answer was one bare fact (an exploratory search probe)."""
+    tenant = await create_tenant_key(model_resources)
+    async with make_client(model_resources, tenant.headers) as client:
+        for category, facts in (("health", HEALTH_FACTS), ("work", WORK_FACTS)):
+            resp = await client.post("/v1/memories/batch", json={"items": [
+                {"content": c, "user_id": "sam", "category": category} for c in facts]})
+            assert resp.status_code == 201, resp.text
+        run = await client.post("/v1/consolidations", json={
+            "user_id": "sam", "mode": "synthesize_only"})
+        assert run.status_code == 200, run.text
+        summary_of = {g["category"]: g["summary_id"] for g in run.json()["groups"]}
+        assert set(summary_of) == {"health", "work"}
+
+        answer = await search(client, "summarize what you know about my health", user_id="sam")
+
+    assert answer["query_style"] == "summary"
+    first = answer["results"][0]
+    assert first["memory"]["id"] == summary_of["health"]
+    assert first["explanation"]["relevance_floor"]["kept_by"] == "source_kept"
+    assert first["explanation"]["relevance_floor"]["min_similarity"] == \
+        LOCAL_MODEL_MIN_SIMILARITY
+    assert summary_of["work"] not in {r["memory"]["id"] for r in answer["results"]}

@@ -1,7 +1,8 @@
 """The relevance floor alone: vector-only candidates under the floor go, full-text matches
 of their content stay whatever their similarity (a match of their day words alone does
-not, unless the query names that day), a bare summary request keeps the summaries when
-nothing else stays, and -1 keeps everything."""
+not, unless the query names that day), a summary request keeps the summaries of the rows
+it keeps, a bare summary request keeps the summaries when nothing else stays, and -1 keeps
+everything."""
 
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ from .builders import NOW, make_candidate, make_context, order
 
 
 def similar(n: int, similarity: float, *, text_rank: int | None = None,
-            day_only: bool = False, fact_role: str = "fact") -> Candidate:
-    return replace(make_candidate(n, vector_rank=n, text_rank=text_rank, fact_role=fact_role),
+            day_only: bool = False, fact_role: str = "fact",
+            covers: tuple[int, ...] = ()) -> Candidate:
+    return replace(make_candidate(n, vector_rank=n, text_rank=text_rank, fact_role=fact_role,
+                                  covers=covers),
                    vector_similarity=similarity, text_day_only=day_only)
 
 
@@ -109,3 +112,21 @@ def test_a_summary_request_with_a_related_row_keeps_the_floor() -> None:
     ctx = make_context(similar(1, 0.5), similar(2, 0.1, fact_role="summary"), style="summary")
 
     assert order(RelevanceFloor(min_similarity=0.3)(ctx)) == [1]
+
+
+def test_a_summary_request_keeps_the_summary_of_a_row_it_keeps() -> None:
+    """"summarize what you know about my health": the health facts' summary sits under the
+    floor while one of its facts passes; a summary of another fact, and a fact under the
+    floor, still go. Through a summary of that summary too."""
+    rows = (similar(1, 0.4), similar(2, 0.1), similar(3, 0.1),
+            similar(4, 0.2, fact_role="summary", covers=(1, 2)),
+            similar(5, 0.1, fact_role="summary", covers=(3,)),
+            similar(6, 0.1, fact_role="summary", covers=(4,)))
+
+    out = RelevanceFloor(min_similarity=0.3)(make_context(*rows, style="summary"))
+    regular = RelevanceFloor(min_similarity=0.3)(make_context(*rows))
+
+    assert order(out) == [1, 4, 6]
+    assert [c.explanation["relevance_floor"]["kept_by"] for c in out.candidates] == [
+        "similarity", "source_kept", "source_kept"]
+    assert order(regular) == [1]
