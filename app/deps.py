@@ -137,7 +137,17 @@ def refuse_unknown_params(request: Request, known: frozenset[str]) -> None:
 
 
 def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI `responses` declaring problem+json for each status a route can return."""
+    """OpenAPI `responses` declaring problem+json for each status a /v1 route can return:
+    `statuses` and those every one can."""
+    wanted = {401, 403, 408, 413, 422, 429, 431, 500, 503, *statuses}
+    if 502 in wanted:
+        # A route that calls a provider can see it fail (502) or time out (504).
+        wanted.add(504)
+    return problem_responses(*wanted)
+
+
+def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` declaring problem+json for exactly these statuses."""
     descriptions = {
         401: "Missing or invalid API key",
         403: "An operator has suspended the caller's tenant (`tenant_suspended`; the "
@@ -167,15 +177,11 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
              "down, or (`overloaded`) too many requests were in flight (Retry-After)",
         504: "An upstream provider did not answer in time",
     }
-    wanted = {401, 403, 408, 413, 422, 429, 431, 500, 503, *statuses}
-    if 502 in wanted:
-        # A route that calls a provider can see it fail (502) or time out (504).
-        wanted.add(504)
     # No `model`: FastAPI would also declare application/json, which is never answered.
     return {
         status: {
             "description": descriptions.get(status, "Error"),
             "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}},
         }
-        for status in sorted(wanted)
+        for status in sorted(set(statuses))
     }

@@ -177,6 +177,22 @@ REQUEST_ID_HEADER = {
 }
 
 
+# Headers some answers carry, by status, besides X-Request-ID.
+RETRY_AFTER = {"schema": {"type": "integer", "minimum": 0}}
+STATUS_HEADERS: dict[str, dict[str, dict[str, object]]] = {
+    "401": {"WWW-Authenticate": {
+        "description": "`Bearer`: the scheme the service authenticates with.",
+        "schema": {"type": "string"}, "required": True}},
+    "429": {"Retry-After": {
+        **RETRY_AFTER, "required": True,
+        "description": "Whole seconds until a request of the tenant's would be admitted."}},
+    "503": {"Retry-After": {
+        **RETRY_AFTER, "required": False,
+        "description": "Whole seconds to wait before retrying, when retrying is safe and "
+                       "helps (not with `outcome_unknown`)."}},
+}
+
+
 REPLAYED_HEADER = {
     "description": "`true` when this is the stored answer of an earlier request with the "
                    "same Idempotency-Key (app/idempotency); absent otherwise.",
@@ -187,7 +203,8 @@ REPLAYED_HEADER = {
 
 def _declare_problem_schema(app: FastAPI) -> None:
     """Make `Problem` a named component even for routes that only reference it by $ref,
-    declare the `X-Request-ID` header (app/service/request_id.py) on every answer, and
+    declare the `X-Request-ID` header (app/service/request_id.py) on every answer,
+    `WWW-Authenticate` on a 401 and `Retry-After` on a 429 and a 503, and
     `Idempotent-Replayed` on the successes of every operation that takes a key."""
     original = app.openapi
 
@@ -208,6 +225,7 @@ def _declare_problem_schema(app: FastAPI) -> None:
                     for status, response in operation.get("responses", {}).items():
                         headers = response.setdefault("headers", {})
                         headers["X-Request-ID"] = {"$ref": "#/components/headers/X-Request-ID"}
+                        headers.update(STATUS_HEADERS.get(str(status), {}))
                         if keyed and str(status).startswith("2"):
                             headers["Idempotent-Replayed"] = {
                                 "$ref": "#/components/headers/Idempotent-Replayed"}

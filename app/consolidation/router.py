@@ -21,6 +21,10 @@ from app.deps import CallerDep, SessionDep, problems, refuse_unknown_params
 from app.models import SCOPE_COLUMNS
 from app.validation import ScopeId
 
+# The run's own address, on both answers of a POST (the run is recorded either way).
+RUN_LOCATION = {"description": "`/v1/consolidations/{id}`: the run, to read again.",
+                "schema": {"type": "string"}, "required": True}
+
 router = APIRouter(prefix="/v1/consolidations", tags=["consolidation"])
 
 RUN_LIST_PARAMS = frozenset({"status", "trigger", "user_id", "agent_id", "session_id",
@@ -34,7 +38,8 @@ def _service(request: Request, session: SessionDep, caller: CallerDep) -> Consol
 @router.post(
     "", operation_id="runConsolidation", summary="Fold memories into summaries",
     response_model=ConsolidationResult, status_code=200, responses={
-        202: {"model": ConsolidationResult,
+        200: {"headers": {"Location": RUN_LOCATION}},
+        202: {"model": ConsolidationResult, "headers": {"Location": RUN_LOCATION},
               "description": "Accepted (`async`): the run proceeds in the background"},
         **problems(404, 409, 502),
     },

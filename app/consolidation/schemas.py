@@ -46,7 +46,11 @@ class ConsolidationRequest(BaseModel):
     tags: TagList | None = Field(default=None, description="All must match.")
     categories: CategoryList | None = None
     metadata: MetadataMatch | None = None
-    older_than_seconds: Annotated[int, Field(ge=1, le=OLDER_THAN_MAX), INTEGER_ONLY] | None = Field(
+    # int64 declared: its bound is past a 32-bit integer's, and a generated Java client
+    # typed it Integer and failed to read any run that named a larger value.
+    older_than_seconds: Annotated[int, Field(ge=1, le=OLDER_THAN_MAX,
+                                             json_schema_extra={"format": "int64"}),
+                                  INTEGER_ONLY] | None = Field(
         default=None,
         description="Only memories created at least this long ago.",
     )

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel
 from sqlalchemy import text
 
+from app.deps import problem_responses
 from app.errors import DatabaseUnavailable
 from app.migrate import current_revisions, head_revision, newer_schema
 from app.service.metrics import render_metrics
@@ -29,14 +30,15 @@ class Readiness(BaseModel):
 
 
 @router.get("/healthz", operation_id="getHealth", summary="The process is alive",
-            response_model=Health)
+            response_model=Health, responses=problem_responses(431))
 async def healthz() -> Health:
     return Health(status="ok")
 
 
 @router.get("/readyz", operation_id="getReadiness",
             summary="The database answers and the schema is at head", response_model=Readiness,
-            responses={503: {"description": "Not ready",
+            responses={**problem_responses(431),
+                       503: {"description": "Not ready",
                              "content": {"application/problem+json": {
                                  "schema": {"$ref": "#/components/schemas/Problem"}}}}})
 async def readyz(request: Request) -> Readiness:
@@ -59,7 +61,8 @@ async def readyz(request: Request) -> Readiness:
 
 @router.get("/metrics", operation_id="getMetrics", summary="Prometheus metrics",
             response_class=Response,
-            responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}})
+            responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}},
+                       **problem_responses(431)})
 async def metrics() -> Response:
     body, content_type = render_metrics()
     return Response(body, media_type=content_type)

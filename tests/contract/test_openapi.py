@@ -336,6 +336,37 @@ async def test_a_keyed_operations_success_declares_the_replay_header(
     assert again.headers["idempotent-replayed"] == "true"
 
 
+async def test_the_headers_answers_carry_are_declared(
+    client: httpx.AsyncClient, document: dict[str, Any],
+) -> None:
+    """Found by an exploratory probe with generated clients: Retry-After (on 429 and some
+    503s), WWW-Authenticate (401) and a run's Location were sent and declared nowhere, so a
+    typed client had no field for them."""
+    for operation_id, (_, _, op) in operations(document).items():
+        for status, resp in op["responses"].items():
+            headers = resp["headers"]
+            if status == "429":
+                assert headers["Retry-After"]["required"] is True, operation_id
+            if status == "503":
+                assert headers["Retry-After"]["required"] is False, operation_id
+            if status == "401":
+                assert headers["WWW-Authenticate"]["required"] is True, operation_id
+            assert ("Location" in headers) == (
+                operation_id == "runConsolidation" and status in ("200", "202")), (
+                operation_id, status)
+    run = await client.post("/v1/consolidations", json={"user_id": "nobody"})
+    assert run.headers["location"] == f"/v1/consolidations/{run.json()['id']}"
+
+
+async def test_the_service_endpoints_declare_the_431_a_long_head_gets(
+    document: dict[str, Any],
+) -> None:
+    """The protocol answers it for any path (app/service/http_protocol.py); /healthz,
+    /readyz and /metrics declared no error at all, or only 503."""
+    for path in ("/healthz", "/readyz", "/metrics"):
+        assert "431" in document["paths"][path]["get"]["responses"], path
+
+
 @pytest.mark.parametrize("operation_id", sorted(IMPLEMENTED))
 async def test_operation_declares_the_errors_it_can_return(
     document: dict[str, Any], operation_id: str
@@ -533,3 +564,28 @@ async def test_every_optional_field_a_client_sends_that_may_not_be_null_declares
 
     assert sent >= {"MemoryCreate", "SearchRequest", "TurnCreate", "ConsolidationRequest"}
     assert missing == []
+
+
+def integer_schemas(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    found: list[tuple[str, dict[str, Any]]] = []
+    if isinstance(node, dict):
+        if node.get("type") == "integer":
+            found.append((path, node))
+        for key, value in node.items():
+            found += integer_schemas(value, f"{path}/{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            found += integer_schemas(value, f"{path}[{i}]")
+    return found
+
+
+async def test_an_integer_a_32_bit_type_cannot_hold_declares_int64(
+    document: dict[str, Any],
+) -> None:
+    """older_than_seconds goes to 100 years (3,153,600,000 s): a generated Java client
+    typed it Integer, could not send such a value, and failed to read any run that named
+    one (an exploratory probe)."""
+    wide = [(path, schema) for path, schema in integer_schemas(document)
+            if schema.get("maximum", 0) > 2**31 - 1]
+    assert wide, "nothing checked"
+    assert [path for path, schema in wide if schema.get("format") != "int64"] == []
