@@ -99,6 +99,7 @@ class RetrievalLimits:
     exact_cost_ratio: float = 9.0
     text_match_cap: int = 500
     text_max_df: int = 5000
+    text_common_share: float = 1.0
     bm25_k1: float = 1.2
     bm25_b: float = 0.75
 
@@ -240,7 +241,10 @@ collection AS MATERIALIZED (
     FROM tenant_stats WHERE lexeme = '' AND NOT (SELECT yes FROM small)
 ),
 idf AS MATERIALIZED (
-    SELECT d.lexeme, ln(1 + (c.n - d.df + 0.5) / (d.df + 0.5)) AS w
+    SELECT d.lexeme, ln(1 + (c.n - d.df + 0.5) / (d.df + 0.5)) AS w,
+           -- Held by few enough rows to tie a row to the query (`text_common_share`); in
+           -- a scope of a few rows, by two at least, or no word of a lone row would be.
+           d.df <= greatest(c.n * CAST(:common_share AS float8), 2) AS telling
     FROM (
         SELECT lexeme, count(*)::float8 AS df FROM postings
         WHERE (SELECT yes FROM small) GROUP BY lexeme
@@ -259,6 +263,7 @@ bm25 AS (
     FROM postings p
     JOIN idf ON idf.lexeme = p.lexeme
     GROUP BY p.id
+    HAVING bool_or(idf.telling)
 ),
 txt AS MATERIALIZED (
     SELECT id, score FROM bm25 ORDER BY score DESC, id LIMIT {kt}
@@ -651,6 +656,7 @@ class SearchRepository:
             "tenant_id": self.tenant_id,
             "qtext": query_text,
             "text_max_df": limits.text_max_df,
+            "common_share": limits.text_common_share,
             "k1": limits.bm25_k1,
             "b": limits.bm25_b,
             "exact_cost_ratio": limits.exact_cost_ratio,

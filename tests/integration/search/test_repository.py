@@ -209,3 +209,41 @@ async def test_a_text_row_farther_than_the_vector_list_gets_no_vector_place(
     row = rows[uuid.UUID(bees["id"])]
     assert (row.vector_rank, row.vector_similarity, row.text_rank) == (None, None, 1)
     assert sum(r.vector_rank is not None for r in rows.values()) == 20
+
+
+USER_ROWS = ["The user is vegetarian.", "The user has two kids.", "The user is a nurse.",
+             "The user likes jazz.", "The user drinks oat milk.",
+             "Every Thursday the user plays five-a-side football with colleagues."]
+
+
+@pytest.mark.parametrize("exact_below", [1000, 2], ids=["own_statistics", "tenant_statistics"])
+async def test_a_row_sharing_only_words_most_rows_hold_is_no_text_match(
+    resources: Resources, client: httpx.AsyncClient, tenant: TenantKey, exact_below: int,
+) -> None:
+    """Found by an exploratory search probe: every row holds "user", so each was a
+    full-text match of "does the user do any sports?", ranked by its length alone, and
+    "The user is a nurse." came first. A term most rows hold still scores a row that
+    another term matches. Small scopes (their own statistics) and large ones (the
+    tenant's) alike."""
+    resp = await client.post("/v1/memories/batch", json={"items": [
+        {"content": c, "user_id": "pat"} for c in USER_ROWS]})
+    assert resp.status_code == 201, resp.text
+    football = resp.json()["items"][-1]["id"]
+    repo = await repository(resources, tenant)
+    scope = SearchFilter(user_id="pat")
+    limits = RetrievalLimits(exact_below=exact_below, text_common_share=0.5)
+
+    sports = await repo.text_matches("does the user do any sports?", scope, limits)
+    ball = await repo.text_matches("does the user play football?", scope, limits)
+    off = await repo.text_matches("does the user do any sports?", scope,
+                                  RetrievalLimits(exact_below=exact_below))
+
+    assert sports.small is (exact_below == 1000)
+    assert sports.ids == ()
+    assert [str(i) for i in ball.ids] == [football]
+    assert len(off.ids) == len(USER_ROWS)
+    # A lone row's words are all in every row of its scope, and still tie it to a query.
+    resp = await client.post("/v1/memories", json={"content": "router serial XK-7731",
+                                                   "user_id": "solo"})
+    solo = await repo.text_matches("serial XK-7731", SearchFilter(user_id="solo"), limits)
+    assert [str(i) for i in solo.ids] == [resp.json()["id"]]
