@@ -27,6 +27,7 @@ from sqlalchemy import (
     func,
     insert,
     literal,
+    literal_column,
     or_,
     select,
     text,
@@ -120,17 +121,23 @@ _LOCK_USER = text("SELECT pg_advisory_xact_lock(hashtextextended(:lock, 25))")
 
 
 # The summary families of some memories (`MemoryRepository.lock_families`), for the
-# transaction: one lock per exact scope, taken in the scopes' order (the function runs
-# above the ordered subquery), in one round trip. With `{tenant}` and `{ids}` in the
-# placeholders' form of the driver that sends it; `_lock_matching_families` takes the
-# same locks for the memories a filter matches.
-FAMILY_LOCKS = """
-    SELECT pg_advisory_xact_lock(hashtextextended(CAST({tenant} AS text) || '/' || f.k, 26))
-      FROM (SELECT DISTINCT json_build_array(user_id, agent_id, session_id, namespace)::text
-                   AS k
+# transaction: a family is an exact scope, and its lock one of FAMILY_SLOTS per tenant
+# (the scope hashed), taken in the slots' order (the function runs above the ordered
+# subquery), in one round trip. With `{tenant}` and `{ids}` in the placeholders' form of
+# the driver that sends it; `_lock_matching_families` takes the same locks for the
+# memories a filter matches. Slots, not a lock per scope: a filtered delete of a user with
+# 16,000 sessions took 16,000 locks in one transaction, filled PostgreSQL's lock table
+# (500 "out of shared memory", nothing deleted) and made other tenants' writes fail while
+# it did (an exploratory probe). Two families in one slot only wait for each other.
+FAMILY_SLOTS = 128
+_SCOPE_SLOT = (f"(hashtextextended(json_build_array(user_id, agent_id, session_id, "
+               f"namespace)::text, 26) & {FAMILY_SLOTS - 1})")
+FAMILY_LOCKS = f"""
+    SELECT pg_advisory_xact_lock(hashtextextended(CAST({{tenant}} AS text) || '/' || f.slot, 26))
+      FROM (SELECT DISTINCT {_SCOPE_SLOT} AS slot
               FROM memories
-             WHERE tenant_id = {tenant} AND id = ANY(CAST({ids} AS uuid[]))
-             ORDER BY k) AS f"""
+             WHERE tenant_id = {{tenant}} AND id = ANY(CAST({{ids}} AS uuid[]))
+             ORDER BY slot) AS f"""
 _LOCK_FAMILIES = text(FAMILY_LOCKS.format(tenant=":tenant_id", ids=":ids"))
 
 # One summary level of `follow_expiry`: the summaries built from :source, their expiry
@@ -168,13 +175,11 @@ SELECT m.id, m.tags, m.category, m.metadata
 
 def _lock_matching_families(tenant_id: uuid.UUID, filters: MemoryFilter) -> Select[Any]:
     """`FAMILY_LOCKS` for the tenant's memories that `filters` match."""
-    scope = func.json_build_array(Memory.user_id, Memory.agent_id, Memory.session_id,
-                                  Memory.namespace)
-    families = (select(scope.cast(Text).label("k")).distinct()
-                .where(Memory.tenant_id == tenant_id, *_matching(filters))
-                .order_by("k").subquery())
-    key = func.hashtextextended(literal(f"{tenant_id}/") + families.c.k, 26)
-    return select(func.pg_advisory_xact_lock(key)).select_from(families)
+    slots = (select(literal_column(_SCOPE_SLOT).label("slot")).distinct()
+             .where(Memory.tenant_id == tenant_id, *_matching(filters))
+             .order_by("slot").subquery())
+    key = func.hashtextextended(literal(f"{tenant_id}/") + slots.c.slot.cast(Text), 26)
+    return select(func.pg_advisory_xact_lock(key)).select_from(slots)
 
 
 # One statement (one firing of the statistics' update trigger): the user's active rows as

@@ -244,3 +244,25 @@ async def test_a_forgotten_user_is_not_found_by_the_real_model(
 
         after = (await client.post("/v1/search", json=question)).json()["results"]
         assert [r["memory"]["user_id"] for r in after] == ["eli"]
+
+
+async def test_erasing_a_user_of_many_sessions_holds_a_bounded_number_of_locks(
+    resources: Resources, client: httpx.AsyncClient, tenant: TenantKey,
+) -> None:
+    """Found by an exploratory probe: the delete held one lock per scope, in one
+    transaction, and a user with 16,000 sessions filled PostgreSQL's lock table (500 "out
+    of shared memory", nothing deleted; other tenants' writes failed meanwhile). The
+    families' locks are FAMILY_SLOTS a tenant at most."""
+    sessions = 3 * repository.FAMILY_SLOTS
+    await seed(client, [{"content": f"turn note {i}", "user_id": "heavy",
+                         "session_id": f"s{i}"} for i in range(sessions)])
+    async with resources.sessionmaker() as session:
+        await session.execute(repository._lock_matching_families(
+            tenant.tenant_id, repository.MemoryFilter(user_id="heavy")))
+        held = await session.scalar(text(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+            " AND pid = pg_backend_pid()"))
+        await session.rollback()
+
+    assert 1 < held <= repository.FAMILY_SLOTS
+    assert await forget(client, user_id="heavy") == sessions
