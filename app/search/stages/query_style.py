@@ -82,18 +82,24 @@ def _clauses(normalized: str) -> list[str]:
 
 # --- vocabulary ------------------------------------------------------------------------------
 
-_INTERJ = (
-    r"(?:(?:hey|hi|hello|ok|okay|so|well|alright|all right|right|now|and|also|then|thanks|"
-    r"thank you|great|cool|quick question|one more thing|btw|anyway|actually)\s+)*"
-)
-_ADVERB = r"(?:(?:please|pls|plz|kindly|just|quickly|briefly|now|again)\s+)*"
+_INTERJ_WORDS = ("hey", "hi", "hello", "ok", "okay", "so", "well", "alright", "all right",
+                 "right", "now", "and", "also", "then", "thanks", "thank you", "great", "cool",
+                 "quick question", "one more thing", "btw", "anyway", "actually")
+_ADVERB_WORDS = ("please", "pls", "plz", "kindly", "just", "quickly", "briefly", "now", "again")
+_INTERJ = rf"(?:(?:{'|'.join(_INTERJ_WORDS)})\s+)*"
+_ADVERB = rf"(?:(?:{'|'.join(_ADVERB_WORDS)})\s+)*"
+# Interjections and adverbs in any order, each word once: written as INTERJ* ADVERB*
+# (and a second ADVERB* when no modal came between), a run of a word two of those stars
+# take ("now now now ...") could be split between them in ~n^3 ways, and the engine tried
+# each before failing (a 4 KB query held the event loop 105 s; an exploratory probe).
+_OPENING = rf"(?:(?:{'|'.join(dict.fromkeys(_INTERJ_WORDS + _ADVERB_WORDS))})\s+)*"
 _MODAL = (
     r"(?:(?:can|could|would|will)\s+(?:you|u)\s+|"
     r"(?:i|we)\s*(?:'d|would)?\s+(?:like|love|want|need|wanna)\s+(?:you\s+)?to\s+|"
-    r"(?:i|we)\s+need\s+(?:you\s+)?to\s+|help\s+(?:me|us)\s+|let'?s\s+|let\s+us\s+)?"
+    r"(?:i|we)\s+need\s+(?:you\s+)?to\s+|help\s+(?:me|us)\s+|let'?s\s+|let\s+us\s+)"
 )
 # A polite or indirect opening of a request; anchored at the clause start.
-_LEAD = rf"^{_INTERJ}{_ADVERB}{_MODAL}{_ADVERB}"
+_LEAD = rf"^{_OPENING}(?:{_MODAL}{_ADVERB})?"
 
 _DET = r"(?:(?:a|an|the|some|my|our|your|this|that)\s+)?"
 _ADJ = (
@@ -203,7 +209,7 @@ _RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = tuple(
             rf"could\s+use)\s+(?:me\s+|us\s+)?{_DET}{_ADJ}{_NOUN}{_AFTER_REQUESTED_NOUN}",
         ),
         ("noun_phrase",
-         rf"^{_INTERJ}{_ADVERB}(?:(?:a|an|any)\s+)?{_ADJ}{_NOUN}{_AFTER_NOUN}"),
+         rf"^{_OPENING}(?:(?:a|an|any)\s+)?{_ADJ}{_NOUN}{_AFTER_NOUN}"),
         (
             # "Project Falcon summary", "the Q3 overview": a topic, then the noun, ending
             # the clause. Not a sentence about one: no subject pronoun first, and no
@@ -260,6 +266,17 @@ _TAIL: Final = re.compile(r"(?:\btldr|\bin\s+a\s+nutshell|\bin\s+brief)\s*(?:ple
 _QUESTION: Final = re.compile(_QUESTION_START)
 
 
+# The rules read a clause's first words only: a request to summarise says so at its start
+# and ends soon after, and each rule's work is then bounded whatever a 4 KB query repeats.
+# A clause cut short ends in an ellipsis, so no rule takes it for ended where it was not.
+_CLAUSE_WORDS: Final = 48
+
+
+def _opening_words(clause: str) -> str:
+    words = clause.split(" ", _CLAUSE_WORDS)
+    return clause if len(words) <= _CLAUSE_WORDS else " ".join(words[:_CLAUSE_WORDS]) + " \u2026"
+
+
 def matching_rule(text: str) -> str | None:
     """The name of the first rule that finds a summarisation request in `text`, or None."""
     normalized = normalize(text)
@@ -267,8 +284,9 @@ def matching_rule(text: str) -> str | None:
     for i, clause in enumerate(clauses):
         if _OPENER.search(clause) and _asks_after(clauses[i + 1:], normalized):
             continue
+        opening = _opening_words(clause)
         for name, pattern in _RULES:
-            if pattern.search(clause):
+            if pattern.search(opening):
                 return name
         if _TAIL.search(clause) and not _QUESTION.search(clause):
             return "tldr_tail"

@@ -247,3 +247,28 @@ def test_analyze_query_keeps_text_and_embedding() -> None:
     assert analysis.text == "recap please"
     assert analysis.style == "summary"
     assert analysis.embedding == (0.1, 0.2)
+
+
+@pytest.mark.parametrize("text", [
+    "now " * 1023 + "x",
+    "pls " * 1021 + "summary",
+    "hey now please " * 272 + "x",
+    "what was " + "last " * 816 + "about",
+])
+def test_a_long_run_of_opening_words_is_classified_as_any_query(text: str) -> None:
+    """Found by an exploratory probe: a run of a word both the interjections and the
+    adverbs hold ("now") could be split between their stars in ~n^3 ways, each tried: a
+    4 KB query held the event loop 105 s. Every such input is now matched in one pass
+    (bench/query_style.py times them)."""
+    assert len(text) <= 4096
+    assert classify_query_style(text) == "regular"
+
+
+def test_a_long_clause_is_read_by_its_opening_words() -> None:
+    """A request says so at the start of its clause; a clause cut after its first words
+    is not taken for ended, so a rule that needs the end does not match it."""
+    topic = " ".join(f"item{i}" for i in range(100))
+    assert matching_rule(f"please summarize the notes about {topic}") == "summarise_verb"
+    assert matching_rule(f"recap {topic}") is None
+    assert matching_rule(f"{topic} summary") is None
+    assert matching_rule("recap item1 item2") == "summarise_verb"
