@@ -156,8 +156,9 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         408: "The request body did not arrive in time (`request_timeout`; "
              "ENGRAM_REQUEST_BODY_TIMEOUT_SECONDS, 60 s by default); nothing was changed",
         409: "Conflict",
-        413: "The request body is larger than the service reads (`payload_too_large`; "
-             "ENGRAM_MAX_BODY_MB, 64 MiB by default): split the batch",
+        413: "The request body is larger than the service reads (`payload_too_large`): "
+             "1 MiB, or for a batch of memories ENGRAM_MAX_BODY_MB (64 MiB by default; "
+             "split the batch)",
         422: "Invalid input; `errors` names each bad field",
         431: "The request's line and headers are larger than 1 MiB "
              "(`request_header_fields_too_large`), answered before the request reaches "

@@ -55,20 +55,38 @@ def _check_number(value: float | int) -> None:
                          "every one of its digits)")
 
 
-def _check_json_values(value: Any, depth: int = 0) -> None:
-    if depth > METADATA_MAX_DEPTH:
-        raise ValueError(f"must nest at most {METADATA_MAX_DEPTH} levels deep")
-    if isinstance(value, float | int) and not isinstance(value, bool):
-        _check_number(value)
-    elif isinstance(value, str):
-        storable_text(value)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            storable_text(key)
-            _check_json_values(item, depth + 1)
-    elif isinstance(value, list):
-        for item in value:
-            _check_json_values(item, depth + 1)
+def _too_large(size: int | None = None) -> ValueError:
+    got = f" (got {size})" if size is not None else ""
+    return ValueError(f"must serialise to at most {METADATA_MAX_BYTES} bytes{got}")
+
+
+def _check_json_values(value: Any) -> None:
+    """Every value jsonb can hold and a client can read back as sent. At most half as many
+    values as metadata's bytes are looked at: each takes two at least (with its
+    separator), so one more is over the size anyway, which a list of 3 million numbers
+    took 10 s of the event loop to learn (an exploratory probe)."""
+    budget = METADATA_MAX_BYTES // 2 + 1
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        budget -= 1
+        if budget < 0:
+            raise _too_large()
+        if depth > METADATA_MAX_DEPTH:
+            raise ValueError(f"must nest at most {METADATA_MAX_DEPTH} levels deep")
+        if isinstance(item, float | int) and not isinstance(item, bool):
+            _check_number(item)
+        elif isinstance(item, str):
+            storable_text(item)
+        elif isinstance(item, dict | list):
+            if len(item) > budget:
+                raise _too_large()
+            if isinstance(item, dict):
+                for key, inner in item.items():
+                    storable_text(key)
+                    stack.append((inner, depth + 1))
+            else:
+                stack.extend((inner, depth + 1) for inner in item)
 
 
 def client_metadata(value: dict[str, Any]) -> dict[str, Any]:
@@ -91,7 +109,7 @@ def bounded_json(value: dict[str, Any]) -> dict[str, Any]:
         raise ValueError("numbers must be finite (no NaN or Infinity)") from None
     size = len(encoded.encode())
     if size > METADATA_MAX_BYTES:
-        raise ValueError(f"must serialise to at most {METADATA_MAX_BYTES} bytes (got {size})")
+        raise _too_large(size)
     return value
 
 
@@ -267,6 +285,10 @@ def metadata_match_param(raw: str) -> dict[str, Any]:
         value = json.loads(raw)
     except ValueError as exc:
         raise ValueError(f"is not valid JSON: {exc}") from None
+    except RecursionError:
+        # Past the parser's depth (~1,000 levels in 2,200 characters): no metadata nests
+        # so deep, and the error was a 500 (an exploratory probe).
+        raise ValueError(f"must nest at most {METADATA_MAX_DEPTH} levels deep") from None
     if not isinstance(value, dict):
         raise ValueError("must be a JSON object")
     return bounded_json(value)

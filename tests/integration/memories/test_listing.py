@@ -418,6 +418,8 @@ async def test_metadata_filters_the_listing_by_containment(client: httpx.AsyncCl
     ('{"doc": "\\u0000"}', "NUL"),
     ('{"n": NaN}', "finite"),  # Python's parser takes NaN; bounded_json refuses it
     ('{"doc": "' + "x" * 4096 + '"}', "at most 4096 characters"),
+    # Past the JSON parser's depth: a RecursionError, answered 500 (an exploratory probe).
+    ('{"a": ' + "[" * 1100 + "]" * 1100 + "}", "levels deep"),
 ])
 async def test_a_metadata_filter_that_is_not_a_storable_object_is_422(
     client: httpx.AsyncClient, value: str, message: str,
