@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import delete, func, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from app.db import delete_in_batches
+from app.db import Fetcher, delete_in_batches
 from app.models import IdempotencyRecord
 
 
@@ -51,6 +52,26 @@ class IdempotencyRepository:
             .where(IdempotencyRecord.tenant_id == self.tenant_id, IdempotencyRecord.key == key)
             .values(status_code=status_code, response_body=body)
         )
+
+
+@dataclass(frozen=True, slots=True)
+class StoredKey:
+    """A key's record as a read outside any transaction found it."""
+
+    operation: str
+    request_hash: bytes
+    status_code: int | None
+    response_body: str | None
+    created_at: datetime
+
+
+async def stored_key(db: Fetcher, tenant_id: uuid.UUID, key: str) -> StoredKey | None:
+    """The key's record, read in a statement of its own on a read pool (no transaction,
+    no lock): a look before a create's slow work, which `claim` then settles."""
+    rows = await db.fetch(
+        "SELECT operation, request_hash, status_code, response_body, created_at"
+        " FROM idempotency_keys WHERE tenant_id = $1 AND key = $2", tenant_id, key)
+    return StoredKey(*rows[0]) if rows else None
 
 
 async def purge_older_than(engine: AsyncEngine, cutoff: datetime, batch: int = 1000) -> int:

@@ -8,11 +8,10 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeGuard
+from typing import Any, Protocol, TypeGuard
 
 from app.errors import Conflict, ValidationFailed
 from app.idempotency.repository import IdempotencyRepository
-from app.models import IdempotencyRecord
 
 HEADER = "Idempotency-Key"
 KEY_PATTERN = r"^[\x21-\x7e]{1,255}$"
@@ -41,13 +40,43 @@ def check_key(key: str) -> str:
     return key
 
 
+class KeyRecord(Protocol):
+    """A key's record, as the session reads it or as a read pool does (StoredKey)."""
+
+    @property
+    def operation(self) -> str: ...
+    @property
+    def request_hash(self) -> bytes: ...
+    @property
+    def status_code(self) -> int | None: ...
+    @property
+    def response_body(self) -> str | None: ...
+    @property
+    def created_at(self) -> datetime: ...
+
+
 class IdempotencyService:
     def __init__(self, repository: IdempotencyRepository, ttl: timedelta) -> None:
         self.repository = repository
         self.ttl = ttl
 
-    def _live(self, record: IdempotencyRecord | None) -> TypeGuard[IdempotencyRecord]:
+    def _live(self, record: KeyRecord | None) -> TypeGuard[KeyRecord]:
         return record is not None and record.created_at >= datetime.now(UTC) - self.ttl
+
+    def replay(self, key: str, record: KeyRecord | None, operation: str,
+               digest: bytes) -> Outcome | None:
+        """The stored answer a request of this hash gets from the key's record, when it
+        is live and answered; a Conflict when the key was used with another request."""
+        if not self._live(record):
+            return None
+        if record.operation != operation or record.request_hash != digest:
+            raise Conflict(
+                f"{HEADER} {key!r} was already used with a different request; "
+                "use a new key for a new request"
+            )
+        if record.status_code is not None and record.response_body is not None:
+            return Outcome(record.status_code, record.response_body, replayed=True)
+        return None
 
     async def answered(self, key: str, operation: str, body: Any) -> bool:
         """Whether this request, under `key`, would be answered from the key's record:
@@ -69,14 +98,8 @@ class IdempotencyService:
         digest = request_hash(operation, body)
         if not await self.repository.claim(key, operation, digest):
             record = await self.repository.get(key)
-            if self._live(record):
-                if record.operation != operation or record.request_hash != digest:
-                    raise Conflict(
-                        f"{HEADER} {key!r} was already used with a different request; "
-                        "use a new key for a new request"
-                    )
-                if record.status_code is not None and record.response_body is not None:
-                    return Outcome(record.status_code, record.response_body, replayed=True)
+            if (replayed := self.replay(key, record, operation, digest)) is not None:
+                return replayed
             if record is None:
                 await self.repository.claim(key, operation, digest)
             else:

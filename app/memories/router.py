@@ -108,13 +108,17 @@ async def create_memory(
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
     service = _service(request, session, caller)
+    rows: list[dict[str, Any]] = []
+
+    async def embed() -> None:
+        rows.extend(await service.prepare([body], batch=False))
 
     async def produce() -> tuple[int, Any]:
-        (memory,) = await service.create_many([body], batch=False)
+        (memory,) = await service.write(rows)
         return 201, memory.model_dump(mode="json")
 
     return await keyed_create(request, session, caller, idempotency_key, "createMemory",
-                              lambda: _canonical(body), produce)
+                              lambda: _canonical(body), produce, ahead=embed)
 
 
 @router.post("/batch", operation_id="createMemories", status_code=201,
@@ -127,13 +131,17 @@ async def create_memories(
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
     service = _service(request, session, caller)
+    rows: list[dict[str, Any]] = []
+
+    async def embed() -> None:
+        rows.extend(await service.prepare(body.items))
 
     async def produce() -> tuple[int, Any]:
-        memories = await service.create_many(body.items)
+        memories = await service.write(rows)
         return 201, MemoryBatch(items=memories).model_dump(mode="json")
 
     return await keyed_create(request, session, caller, idempotency_key, "createMemories",
-                              lambda: _canonical(body), produce)
+                              lambda: _canonical(body), produce, ahead=embed)
 
 
 async def _reads(request: Request, caller: CallerDep) -> MemoryReads:

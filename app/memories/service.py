@@ -81,12 +81,21 @@ class MemoryService:
         """Embeds every item in one batched call, then writes them in one statement; a
         user past its cap loses its least valuable others in the same transaction.
         `batch`: the items came as a batch's `items` (errors name `items.N.field`)."""
+        return await self.write(await self.prepare(items, batch=batch))
+
+    async def prepare(self, items: Sequence[MemoryCreate], *,
+                      batch: bool = True) -> list[dict[str, Any]]:
+        """The rows of `items`, checked and embedded, without touching the database (so
+        no connection waits on the model)."""
         _refuse_future_creation(items, datetime.now(UTC), batch=batch)
         if self.capacity is not None:
             self.capacity.check(items)
         vectors = await self.embedder.embed([item.content for item in items])
         now = datetime.now(UTC)
-        rows = [_row_for(item, vec, now) for item, vec in zip(items, vectors, strict=True)]
+        return [_row_for(item, vec, now) for item, vec in zip(items, vectors, strict=True)]
+
+    async def write(self, rows: list[dict[str, Any]]) -> list[Memory]:
+        """Store rows `prepare` made, in one statement, and apply the user's cap."""
         await self.repository.insert_many(rows)
         if self.capacity is not None:
             await self.capacity.after_write(rows)

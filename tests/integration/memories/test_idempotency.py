@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from dataclasses import replace
+from typing import Any
 
 import httpx
 from sqlalchemy import text
@@ -263,3 +265,57 @@ async def test_different_keys_with_the_same_body_create_separate_memories(
     assert a.status_code == b.status_code == 201
     assert a.json()["id"] != b.json()["id"]
     assert await count_rows(resources, tenant.tenant_id) == 2
+
+
+class HeldEmbedder:
+    """The resources' embedder, each call held until `release` is set."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.name, self.vector_space = inner.name, inner.vector_space
+        self.calls = 0
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def embed(self, texts: list[str]) -> Any:
+        self.calls += 1
+        self.entered.set()
+        await self.release.wait()
+        return await self.inner.embed(texts)
+
+    async def embed_query(self, text: str) -> Any:
+        return await self.inner.embed_query(text)
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_a_keyed_create_holds_no_connection_while_it_embeds_and_a_replay_embeds_nothing(
+    resources: Resources, tenant: TenantKey,
+) -> None:
+    """Found by an exploratory probe: the key was claimed, opening the request's
+    transaction, before the texts were embedded, so each keyed create held a writer
+    connection idle in it for the whole embedding; 22 keyed batches of one tenant held
+    all 20, and another tenant's write waited for one."""
+    held = HeldEmbedder(resources.embedder)
+    key = new_key()
+    async with make_client(replace(resources, embedder=held), tenant.headers) as client:
+        first = asyncio.create_task(client.post(
+            "/v1/memories/batch", json={"items": [{"content": "held note"}]},
+            headers={"Idempotency-Key": key}))
+        await asyncio.wait_for(held.entered.wait(), 5)
+        assert resources.engine.sync_engine.pool.checkedout() == 0
+        held.release.set()
+        answered = await asyncio.wait_for(first, 10)
+        assert answered.status_code == 201, answered.text
+
+        held.release.clear()
+        again = await asyncio.wait_for(client.post(
+            "/v1/memories/batch", json={"items": [{"content": "held note"}]},
+            headers={"Idempotency-Key": key}), 10)
+
+    assert again.status_code == 201
+    assert again.headers[REPLAYED] == "true"
+    assert again.content == answered.content
+    assert held.calls == 1
+    assert await count_rows(resources, tenant.tenant_id) == 1
