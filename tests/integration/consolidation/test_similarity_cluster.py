@@ -4,13 +4,20 @@ category, then folded by an archive run."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import select
 
+from app.consolidation import repository
+from app.consolidation.schemas import ConsolidationRequest
+from app.consolidation.types import Partitioning
+from app.models import Memory
 from app.resources import Resources
-from tests.conftest import create_tenant_key, local_model, make_client
+from tests.conftest import TenantKey, create_tenant_key, local_model, make_client
 from tests.integration.consolidation.conftest import consolidate, get_memory, memory, seed
 
 pytestmark = pytest.mark.model
@@ -101,3 +108,36 @@ async def test_near_duplicates_of_one_document_fold_into_a_summary_found_by_its_
     assert group["summary_id"] in found
     assert ids["loves"] not in found  # another document's
     assert not {ids["really"], ids["bowl"]} & set(found)  # archived
+
+
+async def test_the_candidates_vectors_are_the_stored_ones_read_off_the_event_loop(
+    resources: Resources, tenant: TenantKey, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The embeddings come in halfvec's binary form and are read into floats on a worker
+    thread: through the column's type every float of 10,000 candidates was parsed from
+    text on the event loop, and every request waited 1.2-1.8 s (an exploratory probe)."""
+    async with make_client(resources, tenant.headers) as plain:
+        ids = await seed(plain, [memory(f"vector note {i}", i) for i in range(3)])
+    threads: list[bool] = []
+    original = repository._entries
+
+    def entries(rows: Any, with_embeddings: bool) -> Any:
+        threads.append(threading.current_thread() is threading.main_thread())
+        return original(rows, with_embeddings)
+
+    monkeypatch.setattr(repository, "_entries", entries)
+    async with resources.sessionmaker() as session:
+        found = await repository.ConsolidationRepository(session, tenant.tenant_id).candidates(
+            ConsolidationRequest(user_id="u1"), limit=10, with_embeddings=True,
+            partitioning=Partitioning(min_size=1, by_category=False))
+        stored = dict((await session.execute(
+            select(Memory.id, Memory.embedding).where(Memory.tenant_id == tenant.tenant_id)
+        )).all())
+
+    assert threads == [False]
+    assert [str(e.id) for e in found.entries] == ids
+    for entry in found.entries:
+        # Exactly the stored half-precision floats; the text form rounds them (0.1 for
+        # 0.0999755859375).
+        assert entry.embedding == pytest.approx(tuple(stored[entry.id]), abs=2e-4)
+        assert len(entry.embedding or ()) == 384
