@@ -45,18 +45,23 @@ MAX_HEAD_BYTES = 1024 * 1024
 LINGER_SECONDS = 2.0
 _LOG_EVERY_SECONDS = 10.0
 
-_BODY = json.dumps({
+_PROBLEM = {
     "type": "https://engram.dev/problems/request_header_fields_too_large",
     "title": "Request header fields too large", "status": 431,
     "detail": f"the request's line and headers are larger than {MAX_HEAD_BYTES // 1024} KiB, "
-              "the most this service reads"}).encode()
-_ANSWER_HEAD = (b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
-             b"content-type: application/problem+json\r\n"
-             b"content-length: " + str(len(_BODY)).encode() + b"\r\n"
-             b"connection: close\r\n"
-             # Every answer carries one, as the OpenAPI document declares; the request's
-             # own is somewhere in the head this refuses to read.
-             b"x-request-id: ")
+              "the most this service reads"}
+
+
+def _refusal() -> bytes:
+    """The 431, with a request id of its own in its header and its body, as every answer
+    and problem carries one (the OpenAPI document declares both); the request's own is
+    somewhere in the head this refuses to read, and a log line says it was refused."""
+    request_id = os.urandom(16).hex()
+    body = json.dumps({**_PROBLEM, "request_id": request_id}).encode()
+    return (b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+            b"content-type: application/problem+json\r\n"
+            b"content-length: %d\r\nconnection: close\r\nx-request-id: %s\r\n\r\n%s"
+            % (len(body), request_id.encode(), body))
 
 
 class BoundedHeadProtocol(HttpToolsProtocol):
@@ -142,7 +147,7 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def _refuse(self) -> None:
-        self.transport.write(_ANSWER_HEAD + os.urandom(16).hex().encode() + b"\r\n\r\n" + _BODY)
+        self.transport.write(_refusal())
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self._lingering = self.loop.call_later(LINGER_SECONDS, self.transport.close)

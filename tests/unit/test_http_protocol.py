@@ -99,9 +99,12 @@ async def test_a_head_past_the_bound_is_431_and_closed(port: int, past: int) -> 
 
     assert answer.startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n")
     head, body = answer.split(b"\r\n\r\n", 1)
-    assert json.loads(body)["status"] == 431
-    # As every answer, and as the OpenAPI document declares for it.
-    assert re.search(rb"\r\nx-request-id: [0-9a-f]{32}(\r\n|$)", head)
+    problem = json.loads(body)
+    assert problem["status"] == 431
+    # As every answer and problem, and as the OpenAPI document declares for them.
+    found = re.search(rb"\r\nx-request-id: ([0-9a-f]{32})(\r\n|$)", head)
+    assert found
+    assert problem["request_id"] == found.group(1).decode()
 
 
 async def test_ordinary_heads_and_large_bodies_pass(port: int) -> None:
