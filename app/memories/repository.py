@@ -140,15 +140,15 @@ FAMILY_LOCKS = f"""
              ORDER BY slot) AS f"""
 _LOCK_FAMILIES = text(FAMILY_LOCKS.format(tenant=":tenant_id", ids=":ids"))
 
-# One summary level of `follow_expiry`: the summaries built from :source, their expiry
-# before and after. least() passes over nulls: a summary that never expired takes :now.
+# One summary level of `follow_expiry`: the summaries built from :source, whose expiry is
+# the sooner of their own (a client's) and their sources' first; least() and min() pass
+# over nulls, so one with neither never expires. Those it moved, to follow in turn.
 _FOLLOW_EXPIRY = text("""
 WITH due AS (
     SELECT s.id, s.expires_at AS was,
-           CASE WHEN s.expires_at = CAST(:was AS timestamptz)
-                THEN (SELECT min(m.expires_at) FROM memories AS m
-                       WHERE m.tenant_id = s.tenant_id AND m.id = ANY(s.summary_of))
-                ELSE least(s.expires_at, CAST(:now AS timestamptz)) END AS now
+           least(s.own_expires_at,
+                 (SELECT min(m.expires_at) FROM memories AS m
+                   WHERE m.tenant_id = s.tenant_id AND m.id = ANY(s.summary_of))) AS now
       FROM memories AS s
      WHERE s.tenant_id = :t AND s.fact_role = 'summary'
        AND s.summary_of && ARRAY[CAST(:source AS uuid)]
@@ -156,7 +156,7 @@ WITH due AS (
 UPDATE memories AS s SET expires_at = due.now
   FROM due
  WHERE s.tenant_id = :t AND s.id = due.id AND due.now IS DISTINCT FROM due.was
-RETURNING s.id, due.was, due.now""")
+RETURNING s.id""")
 
 # UNION, not UNION ALL: a summary folded by two summaries is read once, and a cycle
 # (none is written, but nothing forbids one) ends.
@@ -387,27 +387,20 @@ class MemoryRepository:
             .where(Memory.tenant_id == self.tenant_id, Memory.id == memory_id,
                    Memory.fact_role == "summary")))
 
-    async def expiry_of(self, memory_id: uuid.UUID) -> datetime | None:
-        """The memory's expiry (None: none, or no such memory)."""
-        return cast(datetime | None, await self.session.scalar(
-            select(Memory.expires_at)
-            .where(Memory.tenant_id == self.tenant_id, Memory.id == memory_id)))
-
-    async def follow_expiry(self, memory_id: uuid.UUID, before: datetime | None,
-                            after: datetime | None) -> None:
-        """After the memory's expiry moved from `before` to `after`: every summary built
-        from it, or from such a summary in turn, expires no later than `after` (it holds
-        the memory's text, which must not outlive it). A summary that expired with the
-        memory (`before`) expires with the first of its sources again, so a source's
-        expiry put off or cleared puts it off too; one that expires sooner of its own
-        (a client's PATCH) keeps its own."""
-        changed = [(memory_id, before, after)]
+    async def follow_expiry(self, memory_id: uuid.UUID) -> None:
+        """After the memory's expiry changed: every summary built from it, or from such a
+        summary in turn, expires with the first of its sources (it holds their text,
+        which must not outlive them), or sooner where a client set it so. A source's
+        expiry put off or cleared puts such a summary off too, back to the client's
+        expiry at the latest: until 2026-12-01 the client's was not kept, and a summary
+        set to expire in 30 minutes, brought forward by a source set to 10, never expired
+        once the source's expiry was cleared (a re-probe)."""
+        changed = [memory_id]
         while changed:
-            moved: list[tuple[uuid.UUID, datetime | None, datetime | None]] = []
-            for source, was, now in changed:
-                moved += [(r.id, r.was, r.now) for r in (await self.session.execute(
-                    _FOLLOW_EXPIRY, {"t": self.tenant_id, "source": source, "was": was,
-                                     "now": now})).all()]
+            moved: list[uuid.UUID] = []
+            for source in changed:
+                moved += [r.id for r in (await self.session.execute(
+                    _FOLLOW_EXPIRY, {"t": self.tenant_id, "source": source})).all()]
             changed = moved
 
     async def delete_versions(self, memory_id: uuid.UUID) -> int | None:

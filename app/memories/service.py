@@ -53,6 +53,7 @@ def _row_for(item: MemoryCreate, embedding: list[float], now: datetime) -> dict[
         "created_at": item.created_at or now,
         "updated_at": now,
         "expires_at": item.expires_at,
+        "own_expires_at": item.expires_at,
         "archived_at": None,
         "consolidation_id": None,
         "embedding": embedding,
@@ -119,10 +120,9 @@ class MemoryService:
             # sources': read first, a source's expiry set at once slipped between the
             # check and the write, and the summary outlived it.
             await self.repository.lock_families([memory_id])
-        previous_expiry = None
         if "expires_at" in values:
             await self._refuse_outliving_sources(memory_id, values["expires_at"])
-            previous_expiry = await self.repository.expiry_of(memory_id)
+            values["own_expires_at"] = values["expires_at"]
         if "content" in values:
             await self._dissolve_if_rewritten(memory_id, values["content"])
         if values.keys() & _LABELS:
@@ -131,7 +131,7 @@ class MemoryService:
         if row is None:
             raise NotFound(f"memory {memory_id} does not exist")
         if "expires_at" in values:
-            await self.repository.follow_expiry(memory_id, previous_expiry, values["expires_at"])
+            await self.repository.follow_expiry(memory_id)
         return Memory.model_validate(row)
 
     async def _dissolve_if_rewritten(self, memory_id: uuid.UUID, content: str) -> None:

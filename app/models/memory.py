@@ -140,6 +140,9 @@ class Memory(Base):
     # records the replaced state under it and adds one, whatever was erased (0027).
     version: Mapped[int] = mapped_column(Integer, server_default=text("1"))
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The expiry a client gave the memory itself (migration 0030). A fact's is its expiry;
+    # a summary's expiry is the sooner of its own and its sources' first (`follow_expiry`).
+    own_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     archived_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     consolidation_id: Mapped[uuid.UUID | None] = mapped_column(UUID)
     embedding: Mapped[Any] = mapped_column(Embedding(EMBEDDING_DIMENSIONS))

@@ -495,3 +495,38 @@ async def test_summaries_are_made_to_expire_no_later_than_their_sources(
             "SELECT id, expires_at FROM memories"))}
     assert expiry == {fact: soon, lasting: None, prior: soon, above: soon,
                       early: soon - timedelta(days=1)}
+
+
+async def test_a_summarys_own_expiry_is_read_from_what_it_shows(
+    fresh_engine: AsyncEngine,
+) -> None:
+    """Migration 0030: an expiry sooner than every source's (or set where none expires)
+    can only be a client's and becomes the summary's own; one that is its first source's
+    is not. A fact's own expiry is its expiry."""
+    await upgrade_to_head(fresh_engine, "0029")
+    vector = "[" + ",".join(["0.05"] * 384) + "]"
+    soon = datetime(2030, 1, 1, tzinfo=UTC)
+    fact, lasting, following, earlier, alone = (uuid.uuid4() for _ in range(5))
+    rows = [  # (id, role, summary_of, expires_at)
+        (fact, "fact", [], soon),
+        (lasting, "fact", [], None),
+        (following, "summary", [fact, lasting], soon),
+        (earlier, "summary", [fact, lasting], soon - timedelta(days=1)),
+        (alone, "summary", [lasting], soon + timedelta(days=1)),
+    ]
+    async with fresh_engine.begin() as conn:
+        for memory_id, role, sources, expires in rows:
+            await conn.execute(text(
+                "INSERT INTO memories (tenant_id, id, content, embedding, fact_role, "
+                "summary_of, expires_at) VALUES (:t, :id, 'a note', "
+                "CAST(:v AS halfvec(384)), :role, CAST(:of AS uuid[]), :exp)"),
+                {"t": DEFAULT_TENANT_ID, "id": memory_id, "v": vector, "role": role,
+                 "of": [str(s) for s in sources], "exp": expires})
+
+    await upgrade_to_head(fresh_engine)
+
+    async with fresh_engine.connect() as conn:
+        own = {r.id: r.own_expires_at for r in await conn.execute(text(
+            "SELECT id, own_expires_at FROM memories"))}
+    assert own == {fact: soon, lasting: None, following: None,
+                   earlier: soon - timedelta(days=1), alone: soon + timedelta(days=1)}

@@ -167,6 +167,48 @@ async def test_a_summarys_own_sooner_expiry_stays_as_a_source_expiry_is_put_off(
     assert parse((await get_memory(client, summary))["expires_at"]) == own
 
 
+async def test_a_summarys_own_expiry_is_kept_through_a_sooner_source_expiry_and_back(
+    client: httpx.AsyncClient,
+) -> None:
+    """Found by a re-probe of 683c72b: a summary set to expire in 30 minutes, brought
+    forward by a source set to 10, was put off with that source to its sources' first (2
+    hours), or to never when the source's expiry was cleared, past what the client had
+    set: its own expiry was not kept."""
+    now = datetime.now(UTC)
+    ids = await seed(client, [memory(f"note {i}", i) for i in range(3)]
+                     + [memory("kept", 3, importance=0.9)])
+    [group] = (await consolidate(client, user_id="u1", mode="synthesize_only"))["groups"]
+    summary, source = group["summary_id"], ids[0]
+    own = now + timedelta(minutes=30)
+
+    async def patch(memory_id: str, expires_at: datetime | None) -> None:
+        resp = await client.patch(f"/v1/memories/{memory_id}", json={
+            "expires_at": None if expires_at is None else expires_at.isoformat()})
+        assert resp.status_code == 200, resp.text
+
+    async def expiry(memory_id: str) -> datetime | None:
+        value = (await get_memory(client, memory_id))["expires_at"]
+        return None if value is None else parse(value)
+
+    await patch(summary, own)
+    await patch(source, now + timedelta(minutes=10))
+    assert await expiry(summary) == now + timedelta(minutes=10)
+    await patch(source, None)
+    assert await expiry(summary) == own
+    await patch(source, now + timedelta(hours=2))
+    assert await expiry(summary) == own
+    await patch(source, now + timedelta(minutes=5))
+    assert await expiry(summary) == now + timedelta(minutes=5)
+    await patch(source, now + timedelta(hours=3))
+    assert await expiry(summary) == own
+    # Cleared by the client (no source expires before): only its sources' then.
+    await patch(source, None)
+    await patch(summary, None)
+    assert await expiry(summary) is None
+    await patch(source, now + timedelta(hours=4))
+    assert await expiry(summary) == now + timedelta(hours=4)
+
+
 async def expire_now(resources: Resources, memory_id: str) -> None:
     async with resources.engine.begin() as conn:
         await conn.execute(text(
