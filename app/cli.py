@@ -73,6 +73,10 @@ def serve(settings: Settings) -> int:
         timeout_keep_alive=settings.keep_alive_seconds,
         loop="uvloop",
         http=BoundedHeadProtocol,
+        # The service serves no WebSocket: an upgrade to one is an offer not taken, and
+        # the request is answered as the HTTP/1.1 one it is (app/service/http_protocol.py),
+        # where uvicorn's WebSocket layer answered a plain-text 403.
+        ws="none",
         log_config=None,
     )
     signal: ShutdownSignal = app.state.shutdown_signal

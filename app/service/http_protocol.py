@@ -25,9 +25,7 @@ request is fed again to a new parser with the offer left out (app/service/upgrad
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import os
 import time
 from typing import Any, cast
 
@@ -35,6 +33,7 @@ import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app.service.head_held import HeadHeldTransport
+from app.service.protocol_answers import problem_answer
 from app.service.upgrade_offer import without_upgrade_offer
 
 log = logging.getLogger("engram.http")
@@ -45,23 +44,10 @@ MAX_HEAD_BYTES = 1024 * 1024
 LINGER_SECONDS = 2.0
 _LOG_EVERY_SECONDS = 10.0
 
-_PROBLEM = {
-    "type": "https://engram.dev/problems/request_header_fields_too_large",
-    "title": "Request header fields too large", "status": 431,
-    "detail": f"the request's line and headers are larger than {MAX_HEAD_BYTES // 1024} KiB, "
-              "the most this service reads"}
-
-
-def _refusal() -> bytes:
-    """The 431, with a request id of its own in its header and its body, as every answer
-    and problem carries one (the OpenAPI document declares both); the request's own is
-    somewhere in the head this refuses to read, and a log line says it was refused."""
-    request_id = os.urandom(16).hex()
-    body = json.dumps({**_PROBLEM, "request_id": request_id}).encode()
-    return (b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
-            b"content-type: application/problem+json\r\n"
-            b"content-length: %d\r\nconnection: close\r\nx-request-id: %s\r\n\r\n%s"
-            % (len(body), request_id.encode(), body))
+_TOO_LARGE = (431, "Request Header Fields Too Large", "request_header_fields_too_large",
+              "Request header fields too large",
+              f"the request's line and headers are larger than {MAX_HEAD_BYTES // 1024} "
+              "KiB, the most this service reads")
 
 
 class BoundedHeadProtocol(HttpToolsProtocol):
@@ -141,13 +127,22 @@ class BoundedHeadProtocol(HttpToolsProtocol):
             else:
                 self._unsupported_upgrade_warning()
 
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to bytes its parser cannot read as HTTP/1.1 (a bad length,
+        a space in a header's name, an HTTP/2 preface), as a problem: it was plain text
+        with no request id (an exploratory probe)."""
+        self.transport.write(problem_answer(
+            400, "Bad Request", "bad_request", "Bad request",
+            "the request is not valid HTTP/1.1, which this service speaks"))
+        self.transport.close()
+
     def connection_lost(self, exc: Exception | None) -> None:
         if self._lingering is not None:
             self._lingering.cancel()
         super().connection_lost(exc)
 
     def _refuse(self) -> None:
-        self.transport.write(_refusal())
+        self.transport.write(problem_answer(*_TOO_LARGE))
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self._lingering = self.loop.call_later(LINGER_SECONDS, self.transport.close)

@@ -889,6 +889,52 @@ def test_an_idle_keep_alive_connection_is_closed_after_the_setting(
     service.stop()
 
 
+def exchange_raw(base_url: str, request: bytes) -> tuple[bytes, bytes]:
+    """One request on a fresh socket, read until the server closes it: (head, body)."""
+    host, port = base_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(request)
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    return head, body
+
+
+def test_the_server_answers_offers_and_unreadable_requests_as_the_contract_says(
+    start_service: Callable[..., Service], database_url: str,
+) -> None:
+    """Found by exploratory probes. A Java client's `Upgrade: h2c` offer on a write: 422
+    'body: Field required' before. A WebSocket upgrade (the service serves none): uvicorn's
+    plain-text 403. Bytes that are not HTTP/1.1: uvicorn's plain-text 400, no request id."""
+    service = start_service(1, ENGRAM_DATABASE_URL=database_url)
+    service.wait_ready()
+    body = b'{"content": "written through an h2c offer", "user_id": "h2c"}'
+    head, answer = exchange_raw(service.base_url, (
+        b"POST /v1/memories HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings, close"
+        b"\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n"
+        b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)))
+    assert head.startswith(b"HTTP/1.1 201 "), head
+    assert json.loads(answer)["content"] == "written through an h2c offer"
+
+    head, answer = exchange_raw(service.base_url, (
+        b"GET /v1/memories?user_id=h2c HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, close\r\n"
+        b"Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"))
+    assert head.startswith(b"HTTP/1.1 200 "), head
+    assert [m["user_id"] for m in json.loads(answer)["items"]] == ["h2c"]
+
+    head, answer = exchange_raw(service.base_url, (
+        b"POST /v1/memories HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n"))
+    assert head.startswith(b"HTTP/1.1 400 "), head
+    assert b"\r\ncontent-type: application/problem+json" in head
+    problem = json.loads(answer)
+    assert problem["status"] == 400
+    assert problem["type"].endswith("/bad_request")
+    assert f"x-request-id: {problem['request_id']}".encode() in head
+    service.stop()
+
+
 # Shutdown -------------------------------------------------------------------------------
 # Shutdown -------------------------------------------------------------------------------
 
