@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import Depends, FastAPI
 
@@ -229,7 +231,40 @@ def _declare_problem_schema(app: FastAPI) -> None:
                         if keyed and str(status).startswith("2"):
                             headers["Idempotent-Replayed"] = {
                                 "$ref": "#/components/headers/Idempotent-Replayed"}
+            name_tagged_unions(schemas)
             app.openapi_schema = schema
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def name_tagged_unions(schemas: dict[str, Any]) -> None:
+    """Make each tagged union a property holds (a `oneOf` with a discriminator) a named
+    component, after the property's title (`Selector`, `Op`), referenced wherever it is
+    used. Pydantic writes the union inline at every use, and a generator then made a class
+    per use: a Java client could not pass a run's `composition.selector` back as a new
+    request's `selector` (an exploratory probe with openapi-generator)."""
+    named: dict[str, str] = {}
+    for owner in list(schemas.values()):
+        for prop in owner.get("properties", {}).values():
+            nullable = prop.get("anyOf")
+            for holder, key in ([(nullable, i) for i in range(len(nullable))] if nullable
+                                else [(prop, None)]):
+                union = holder[key] if key is not None else holder
+                if "oneOf" not in union or "discriminator" not in union:
+                    continue
+                shape = {k: union[k] for k in ("oneOf", "discriminator")}
+                signature = json.dumps(shape, sort_keys=True)
+                if signature not in named:
+                    name = str(prop.get("title", "Union")).replace(" ", "")
+                    while name in schemas:
+                        name += "Union"
+                    schemas[name] = {**shape, "title": name}
+                    named[signature] = name
+                ref = {"$ref": f"#/components/schemas/{named[signature]}"}
+                if key is not None:
+                    holder[key] = ref
+                else:
+                    for k in ("oneOf", "discriminator"):
+                        prop.pop(k)
+                    prop.update(ref)

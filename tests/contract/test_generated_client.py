@@ -143,9 +143,10 @@ def test_the_generator_writes_a_client_for_every_operation_without_warnings(
     # And the tests below drive every one of them.
     driven = set(re.findall(r'call\("\w+\.(\w+)"\)', Path(__file__).read_text()))
     assert driven == expected
-    # Every named schema became a model.
-    assert {name for name in document["components"]["schemas"]
-            if not hasattr(models(), name)} == set()
+    # Every named schema became a model, but a tagged union (Selector, Op), which this
+    # generator writes as the union of its variants' models where it is used.
+    assert {name for name, schema in document["components"]["schemas"].items()
+            if "oneOf" not in schema and not hasattr(models(), name)} == set()
 
 
 def snake(name: str) -> str:

@@ -589,3 +589,30 @@ async def test_an_integer_a_32_bit_type_cannot_hold_declares_int64(
             if schema.get("maximum", 0) > 2**31 - 1]
     assert wide, "nothing checked"
     assert [path for path, schema in wide if schema.get("format") != "int64"] == []
+
+
+async def test_a_tagged_union_is_one_named_schema_wherever_it_is_used(
+    document: dict[str, Any],
+) -> None:
+    """Found by an exploratory probe with openapi-generator: written inline at each use,
+    the selector and op unions became two classes each in a Java client, and a run's
+    `composition.selector` could not be passed back as a new request's `selector`."""
+    schemas = document["components"]["schemas"]
+
+    def inline_unions(node: Any) -> int:
+        if isinstance(node, dict):
+            return int("discriminator" in node and "oneOf" in node) + sum(
+                inline_unions(v) for v in node.values())
+        if isinstance(node, list):
+            return sum(inline_unions(v) for v in node)
+        return 0
+
+    properties = [schema.get("properties", {}) for schema in schemas.values()]
+    assert sum(inline_unions(props) for props in properties) == 0
+    request = schemas["ConsolidationRequest"]["properties"]
+    composition = schemas["ConsolidationComposition"]["properties"]
+    for prop, name in (("selector", "Selector"), ("op", "Op")):
+        ref = {"$ref": f"#/components/schemas/{name}"}
+        assert ref in request[prop]["anyOf"]
+        assert composition[prop]["$ref"] == ref["$ref"]
+        assert schemas[name]["discriminator"]["propertyName"] == "name"
