@@ -80,9 +80,11 @@ class BoundedHeadProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._in_head = False
         # An Upgrade header: httptools takes a CONNECT for an upgrade too, which has none
-        # to leave out, and goes as uvicorn takes it.
-        if (self.parser.should_upgrade() and self._get_upgrade() is not None
-                and not self._should_upgrade()):
+        # to leave out, and goes as uvicorn takes it. Any Upgrade line, whichever
+        # Connection line asks for it: uvicorn's own look (`_get_upgrade`) reads the last
+        # Connection line only, and httptools any.
+        if (self.parser.should_upgrade() and not self._should_upgrade()
+                and any(name == b"upgrade" for name, _ in self.headers)):
             # No cycle yet: httptools ends this request here, its body unread.
             self._declined = without_upgrade_offer(
                 self.parser.get_method(), self.url, self.parser.get_http_version(),

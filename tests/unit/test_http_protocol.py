@@ -245,3 +245,18 @@ async def test_an_upgrade_offer_that_also_asks_to_close_is_answered_then_closed(
 
     assert answer.startswith(b"HTTP/1.1 200 OK\r\n"), answer[:200]
     assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["body_bytes"] == 2
+
+
+async def test_an_upgrade_offer_over_two_connection_lines_is_served_too(port: int) -> None:
+    """A field may come as several lines (RFC 9110 5.3); uvicorn reads the last Connection
+    line only, so the offer in the first went unseen and the body was lost (a re-probe)."""
+    body = b"hello"
+    answer = await exchange(port, b"POST /names HTTP/1.1\r\nHost: x\r\n"
+                                  b"Connection: Upgrade, HTTP2-Settings\r\n"
+                                  b"Connection: close\r\nUpgrade: h2c\r\n"
+                                  b"Content-Length: 5\r\n\r\n" + body)
+
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n"), answer[:200]
+    seen = json.loads(answer.split(b"\r\n\r\n", 1)[1])
+    assert seen["body"] == "hello"
+    assert "upgrade" not in seen["names"]
