@@ -106,7 +106,20 @@ class Composite:
         if problem is not None:
             log.error("consolidation op returned an invalid result: %s", problem)
             return GroupOutcome(group=group, error="op_invalid_result", error_detail=problem)
-        return GroupOutcome(group=group, result=result)
+        return GroupOutcome(group=group, result=held_through_summaries(result, group))
+
+
+def held_through_summaries(result: OpResult, group: Group) -> OpResult:
+    """`result`, representing too each member that a summary it represents stands for
+    (`Entry.summary_of`, through summaries of summaries): that member's text is in the new
+    summary through the summary's. An op's cap left one for the next run while taking the
+    short summary holding it, and the member stayed live beside the new summary (a
+    re-probe: an extractive summary of C, D and a long E, folded with C and D, E left)."""
+    represented = set(result.represented_ids)
+    members = {e.id: e for e in group.to_remove}
+    held = {i for r in represented if r in members for i in members[r].summary_of}
+    extra = tuple(e.id for e in group.to_remove if e.id in held and e.id not in represented)
+    return replace(result, represented_ids=(*result.represented_ids, *extra)) if extra else result
 
 
 def _scope_order(scope: Scope) -> tuple[tuple[bool, str], ...]:

@@ -12,7 +12,7 @@ import hashlib
 import json
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
@@ -185,12 +185,42 @@ class ConsolidationRepository:
         # On a worker thread: 10,000 entries (a digest of each content, and the vectors)
         # held the event loop 0.4 s, and 1.2-1.8 s with the vectors parsed from text.
         entries, snapshots = await asyncio.to_thread(_entries, rows, with_embeddings)
+        entries = await self._with_all_they_stand_for(entries)
         remainder = 0
         if len(rows) == limit:
             total = await self.session.scalar(
                 select(func.count()).select_from(sized).where(foldable))
             remainder = max(0, int(total or 0) - limit)
         return Candidates(entries, snapshots, remainder)
+
+    async def _with_all_they_stand_for(self, entries: list[Entry]) -> list[Entry]:
+        """`entries`, each summary's `summary_of` grown to everything under it, through
+        summaries of summaries (read a level at a time): S, of an archived S3 of E, stands
+        for E too, and a group keeping E beside S's fold kept E's text twice (a re-probe)."""
+        under: dict[uuid.UUID, tuple[uuid.UUID, ...]] = {e.id: e.summary_of for e in entries}
+        wanted = {i for ids in under.values() for i in ids} - under.keys()
+        while wanted:
+            rows = (await self.session.execute(
+                select(Memory.id, Memory.summary_of)
+                .where(Memory.tenant_id == self.tenant_id, Memory.id.in_(wanted)))).all()
+            for row in rows:
+                under[row.id] = tuple(row.summary_of)
+            for missing in wanted - {row.id for row in rows}:
+                under[missing] = ()
+            wanted = {i for row in rows for i in row.summary_of} - under.keys()
+
+        def everything_under(summary: uuid.UUID) -> tuple[uuid.UUID, ...]:
+            seen: dict[uuid.UUID, None] = {}
+            stack = list(under[summary])
+            while stack:
+                item = stack.pop()
+                if item not in seen and item != summary:
+                    seen[item] = None
+                    stack.extend(under.get(item, ()))
+            return tuple(seen)
+
+        return [replace(e, summary_of=everything_under(e.id)) if e.summary_of else e
+                for e in entries]
 
     # The per-group write ----------------------------------------------------------
 

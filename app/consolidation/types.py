@@ -44,7 +44,7 @@ class Entry:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     scope: Scope = NO_SCOPE
     expires_at: datetime | None = None
-    # What a summary stands for (empty for a fact).
+    # What a summary stands for, through summaries of summaries (empty for a fact).
     summary_of: tuple[uuid.UUID, ...] = ()
 
 

@@ -171,6 +171,54 @@ async def test_no_member_a_folded_summary_holds_is_kept_beside_the_new_summary(
     assert await active_ids(client, user_id="u1") == {group["summary_id"]}
 
 
+async def test_a_member_a_folded_summary_holds_through_another_is_not_kept(
+    client: httpx.AsyncClient,
+) -> None:
+    """A re-probe: S (live) stands for S3, archived, which stands for E (live). A run
+    keeping the most important E and folding S left E's text in the new summary beside E:
+    a summary's members are read through summaries of summaries."""
+    e, c, d, k = await seed(client, [
+        memory("Frank moved to Lisbon in 2021.", 0, importance=0.5),
+        memory("Frank drinks coffee at 7.", 1), memory("Frank walks his dog Rex.", 2),
+        memory("Frank keeps bees in Sintra.", 3, importance=0.95)])
+    s3 = (await consolidate(client, user_id="u1", mode="synthesize_only"))["groups"][0]
+    assert (await get_memory(client, s3["summary_id"]))["summary_of"] == [e, c, d]
+    # Over what came after E only: S of C, D and S3, E left live.
+    after_e = (BASE_TIME + timedelta(minutes=0.5)).isoformat()
+    (s,) = (await consolidate(client, user_id="u1", include_summaries=True,
+                              created_after=after_e))["groups"]
+    assert set(s["folded_ids"]) == {c, d, s3["summary_id"]}
+    assert (await client.patch(f"/v1/memories/{e}", json={"importance": 0.99})).status_code == 200
+
+    (group,) = (await consolidate(client, user_id="u1", include_summaries=True))["groups"]
+
+    assert group["kept_id"] == k
+    assert set(group["folded_ids"]) == {e, s["summary_id"]}
+    assert await active_ids(client, user_id="u1") == {k, group["summary_id"]}
+
+
+async def test_an_entry_an_op_left_out_is_folded_with_the_summary_holding_it(
+    client: httpx.AsyncClient,
+) -> None:
+    """A re-probe: concatenate packs entries oldest first under its cap; a long E no
+    longer fit after C and D, the short S3 of C, D and E written after it did, and E
+    stayed live beside the new summary holding its fact through S3."""
+    filler = "he really liked it there and thought about it a lot. " * 74
+    k, c, d, e = await seed(client, [
+        memory("Frank keeps bees in Sintra.", 0, importance=0.95),
+        memory("Frank drinks coffee at 7.", 1), memory("Frank walks his dog Rex.", 2),
+        memory("Frank moved to Lisbon in 2021. " + filler, 3)])
+    s3 = (await consolidate(client, user_id="u1", mode="synthesize_only",
+                            op={"name": "extractive"}))["groups"][0]["summary_id"]
+    assert set((await get_memory(client, s3))["summary_of"]) == {c, d, e}
+
+    (group,) = (await consolidate(client, user_id="u1", include_summaries=True))["groups"]
+
+    assert group["kept_id"] == k
+    assert set(group["folded_ids"]) == {c, d, e, s3}
+    assert await active_ids(client, user_id="u1") == {k, group["summary_id"]}
+
+
 async def test_deleting_the_archive_summary_brings_back_the_summary_it_folded(
     client: httpx.AsyncClient,
 ) -> None:

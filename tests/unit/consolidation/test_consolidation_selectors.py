@@ -3,13 +3,15 @@
 import math
 import random
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from app.consolidation.composite import held_through_summaries
 from app.consolidation.selectors import HighestRelevance, SimilarityCluster
 from app.consolidation.selectors.base import kept_apart_from_its_sources
-from app.consolidation.types import Entry, Group
+from app.consolidation.types import Entry, Group, OpResult
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
@@ -268,3 +270,20 @@ def test_a_group_that_keeps_nothing_or_a_fact_no_summary_holds_is_left_as_it_is(
 
     assert kept_apart_from_its_sources(whole) == whole
     assert kept_apart_from_its_sources(fact_kept) == fact_kept
+
+
+def test_an_op_result_represents_what_a_summary_it_represents_stands_for() -> None:
+    """A re-probe: the op's cap took C, D and the short summary S3 of C, D and E, and left
+    the long E for the next run; E stayed live beside the new summary holding its text
+    through S3. It is represented too (and so archived with the rest)."""
+    s3 = entry(9, summary_of=(1, 2, 5))
+    group = Group(category="general", kept=entry(7),
+                  to_remove=(entry(1), entry(2), entry(5), s3))
+    capped = OpResult(summary="...", represented_ids=tuple(uuid.UUID(int=n) for n in (1, 2, 9)),
+                      mode="concatenate")
+
+    held = held_through_summaries(capped, group)
+
+    assert [i.int for i in held.represented_ids] == [1, 2, 9, 5]
+    whole = replace(capped, represented_ids=tuple(uuid.UUID(int=n) for n in (1, 2)))
+    assert held_through_summaries(whole, group) is whole
