@@ -200,12 +200,11 @@ class Settings(BaseSettings):
     # (its GIN bitmap is the cost), only to score them.
     search_text_match_cap: int = Field(default=500, ge=10, le=1_000_000)
     search_text_max_df: int = Field(default=5000, ge=1, le=100_000_000)
-    # A row is a full-text match only through a query term at most this share of the
-    # scope's rows hold, or two (the tenant's, for a large scope): one that shares with the query
-    # only words nearly every row holds ("user", the user's own name) has a BM25 score
-    # that differs from its neighbours' by row length alone, and fusion by place turned
-    # that into a third of the score. Such terms still score rows that other terms
-    # match. 1 turns it off.
+    # A row whose only query terms are each held by more than this share of the scope's
+    # rows (the tenant's, for a large scope; and by more than two) scores 0 in the text
+    # list, tied with every such row: where every memory says "The user ...", each was
+    # ranked by its length alone on that word, and the fusion's places turned that into a
+    # third of the score. It still matches. 1 turns it off.
     search_text_common_share: float = Field(default=0.5, gt=0, le=1)
     search_bm25_k1: float = Field(default=0.8, ge=0, le=10)
     search_bm25_b: float = Field(default=0.25, ge=0, le=1)

@@ -242,8 +242,8 @@ collection AS MATERIALIZED (
 ),
 idf AS MATERIALIZED (
     SELECT d.lexeme, ln(1 + (c.n - d.df + 0.5) / (d.df + 0.5)) AS w,
-           -- Held by few enough rows to tie a row to the query (`text_common_share`); in
-           -- a scope of a few rows, by two at least, or no word of a lone row would be.
+           -- Held by few enough rows to tell a row from the others (`text_common_share`;
+           -- in a scope of a few rows, by two at least).
            d.df <= greatest(c.n * CAST(:common_share AS float8), 2) AS telling
     FROM (
         SELECT lexeme, count(*)::float8 AS df FROM postings
@@ -254,16 +254,20 @@ idf AS MATERIALIZED (
     ) d
     CROSS JOIN collection c
 ),
+-- A row that holds only query terms most rows hold still matches, but scores 0, tied
+-- with every such row: its BM25 score would differ from theirs by its length alone, and
+-- the fusion's places would make that a third of the score.
 bm25 AS (
     SELECT p.id,
-           sum(idf.w * (p.tf * (CAST(:k1 AS float8) + 1))
-               / (p.tf + CAST(:k1 AS float8)
-                  * (1 - CAST(:b AS float8) + CAST(:b AS float8) * p.dl
-                     / (SELECT avgdl FROM collection)))) AS score
+           CASE WHEN bool_or(idf.telling)
+                THEN sum(idf.w * (p.tf * (CAST(:k1 AS float8) + 1))
+                         / (p.tf + CAST(:k1 AS float8)
+                            * (1 - CAST(:b AS float8) + CAST(:b AS float8) * p.dl
+                               / (SELECT avgdl FROM collection))))
+                ELSE 0 END AS score
     FROM postings p
     JOIN idf ON idf.lexeme = p.lexeme
     GROUP BY p.id
-    HAVING bool_or(idf.telling)
 ),
 txt AS MATERIALIZED (
     SELECT id, score FROM bm25 ORDER BY score DESC, id LIMIT {kt}

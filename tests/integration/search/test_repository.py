@@ -217,13 +217,14 @@ USER_ROWS = ["The user is vegetarian.", "The user has two kids.", "The user is a
 
 
 @pytest.mark.parametrize("exact_below", [1000, 2], ids=["own_statistics", "tenant_statistics"])
-async def test_a_row_sharing_only_words_most_rows_hold_is_no_text_match(
+async def test_rows_sharing_only_words_most_rows_hold_tie_in_the_text_list(
     resources: Resources, client: httpx.AsyncClient, tenant: TenantKey, exact_below: int,
 ) -> None:
     """Found by an exploratory search probe: every row holds "user", so each was a
-    full-text match of "does the user do any sports?", ranked by its length alone, and
-    "The user is a nurse." came first. A term most rows hold still scores a row that
-    another term matches. Small scopes (their own statistics) and large ones (the
+    full-text match of "does the user do any sports?" ranked by its length alone, and
+    "The user is a nurse." came first. They still match (a name every row of a small
+    scope holds still finds them), all at 0; a term most rows hold still scores a row
+    that another term matches. Small scopes (their own statistics) and large ones (the
     tenant's) alike."""
     resp = await client.post("/v1/memories/batch", json={"items": [
         {"content": c, "user_id": "pat"} for c in USER_ROWS]})
@@ -239,9 +240,12 @@ async def test_a_row_sharing_only_words_most_rows_hold_is_no_text_match(
                                   RetrievalLimits(exact_below=exact_below))
 
     assert sports.small is (exact_below == 1000)
-    assert sports.ids == ()
-    assert [str(i) for i in ball.ids] == [football]
-    assert len(off.ids) == len(USER_ROWS)
+    assert len(sports.ids) == len(USER_ROWS)
+    assert set(sports.scores) == {0.0}
+    assert str(ball.ids[0]) == football
+    assert ball.scores[0] > 0
+    assert set(ball.scores[1:]) == {0.0}
+    assert len(set(off.scores)) > 1
     # A lone row's words are all in every row of its scope, and still tie it to a query.
     resp = await client.post("/v1/memories", json={"content": "router serial XK-7731",
                                                    "user_id": "solo"})

@@ -250,19 +250,11 @@ async def test_a_question_about_nothing_stored_gets_an_empty_list(
     "Can you tell me what January usually brings?",
 ])
 async def test_a_year_day_or_month_word_ties_a_question_to_no_row(
-    model_client: httpx.AsyncClient, model_resources: Resources, corpus: Corpus,
-    question: str,
+    model_client: httpx.AsyncClient, unfloored_client: httpx.AsyncClient, question: str,
 ) -> None:
     """Each row's day (5 January 2026) is indexed as words, so these matched every row of
-    the day and passed the floor as text matches, sharing no word of content with them.
-    Every row holds them, so they tie no row to the query now (search_text_common_share);
-    the floor still does not count them where fewer rows hold a day (shown with that
-    share off)."""
-    settings = model_resources.settings.model_copy(update={
-        "search_min_similarity": -1.0, "search_text_common_share": 1.0})
-    async with make_client(replace(model_resources, settings=settings),
-                           corpus.tenant.headers) as unfloored:
-        nearest = (await search(unfloored, question))["results"]
+    the day and passed the floor as text matches, sharing no word of content with them."""
+    nearest = (await search(unfloored_client, question))["results"]
     assert any(r["explanation"]["fusion"]["text_rank"] is not None for r in nearest)
 
     assert (await search(model_client, question))["results"] == []
