@@ -573,9 +573,12 @@ async def text_branch(maker: async_sessionmaker[AsyncSession], tenant_id: uuid.U
                       questions: Sequence[Question], limits: RetrievalLimits
                       ) -> dict[str, TextBranch]:
     out: dict[str, TextBranch] = {}
+    # The weight label ':A' in the content-only tsquery is no bind parameter: escaped, as
+    # text() would take it for one (the service's statements go through their own
+    # lower-case-only parameter pattern).
     statement = text(_TEXT_BRANCH_SQL.format(
         ctes=QUERY_TERM_CTES.format(text_match_cap=int(limits.text_match_cap),
-                                    scope_share="1")))
+                                    scope_share="1")).replace("':A'", "'\\:A'"))
     async with maker() as session:
         for q in questions:
             r = (await session.execute(statement, {
