@@ -463,13 +463,28 @@ async def test_a_schema_behind_says_to_migrate(
         "migrate` (`make migrate`)")
 
 
+async def insert_expiring(
+    engine: AsyncEngine,
+    rows: list[tuple[uuid.UUID, str, list[uuid.UUID], datetime | None]],
+) -> None:
+    """Memories of the default tenant as (id, role, summary_of, expires_at)."""
+    vector = "[" + ",".join(["0.05"] * 384) + "]"
+    async with engine.begin() as conn:
+        for memory_id, role, sources, expires in rows:
+            await conn.execute(text(
+                "INSERT INTO memories (tenant_id, id, content, embedding, fact_role, "
+                "summary_of, expires_at) VALUES (:t, :id, 'a note', "
+                "CAST(:v AS halfvec(384)), :role, CAST(:of AS uuid[]), :exp)"),
+                {"t": DEFAULT_TENANT_ID, "id": memory_id, "v": vector, "role": role,
+                 "of": [str(s) for s in sources], "exp": expires})
+
+
 async def test_summaries_are_made_to_expire_no_later_than_their_sources(
     fresh_engine: AsyncEngine,
 ) -> None:
     """Migration 0028: summaries written to expire with their last source (or never)
     expire with their first, a summary of a summary too; later ones are left alone."""
     await upgrade_to_head(fresh_engine, "0027")
-    vector = "[" + ",".join(["0.05"] * 384) + "]"
     soon = datetime(2030, 1, 1, tzinfo=UTC)
     fact, lasting, prior, above, early = (uuid.uuid4() for _ in range(5))
     rows = [  # (id, role, summary_of, expires_at)
@@ -479,14 +494,7 @@ async def test_summaries_are_made_to_expire_no_later_than_their_sources(
         (above, "summary", [prior, lasting], None),
         (early, "summary", [fact], soon - timedelta(days=1)),
     ]
-    async with fresh_engine.begin() as conn:
-        for memory_id, role, sources, expires in rows:
-            await conn.execute(text(
-                "INSERT INTO memories (tenant_id, id, content, embedding, fact_role, "
-                "summary_of, expires_at) VALUES (:t, :id, 'a note', "
-                "CAST(:v AS halfvec(384)), :role, CAST(:of AS uuid[]), :exp)"),
-                {"t": DEFAULT_TENANT_ID, "id": memory_id, "v": vector, "role": role,
-                 "of": [str(s) for s in sources], "exp": expires})
+    await insert_expiring(fresh_engine, rows)
 
     await upgrade_to_head(fresh_engine)
 
@@ -504,7 +512,6 @@ async def test_a_summarys_own_expiry_is_read_from_what_it_shows(
     can only be a client's and becomes the summary's own; one that is its first source's
     is not. A fact's own expiry is its expiry."""
     await upgrade_to_head(fresh_engine, "0029")
-    vector = "[" + ",".join(["0.05"] * 384) + "]"
     soon = datetime(2030, 1, 1, tzinfo=UTC)
     fact, lasting, following, earlier, alone = (uuid.uuid4() for _ in range(5))
     rows = [  # (id, role, summary_of, expires_at)
@@ -514,14 +521,7 @@ async def test_a_summarys_own_expiry_is_read_from_what_it_shows(
         (earlier, "summary", [fact, lasting], soon - timedelta(days=1)),
         (alone, "summary", [lasting], soon + timedelta(days=1)),
     ]
-    async with fresh_engine.begin() as conn:
-        for memory_id, role, sources, expires in rows:
-            await conn.execute(text(
-                "INSERT INTO memories (tenant_id, id, content, embedding, fact_role, "
-                "summary_of, expires_at) VALUES (:t, :id, 'a note', "
-                "CAST(:v AS halfvec(384)), :role, CAST(:of AS uuid[]), :exp)"),
-                {"t": DEFAULT_TENANT_ID, "id": memory_id, "v": vector, "role": role,
-                 "of": [str(s) for s in sources], "exp": expires})
+    await insert_expiring(fresh_engine, rows)
 
     await upgrade_to_head(fresh_engine)
 
