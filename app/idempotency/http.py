@@ -79,15 +79,16 @@ async def keyed_create(
         # or fail to replay, the wrong request.
         raise ValidationFailed.on(f"header.{HEADER}", "is given more than once; it takes "
                                                       "one value")
-    key, body = check_key(key), canonical()
+    # Once: for a batch of 1,000 the canonical JSON and its hash are not free.
+    key, digest = check_key(key), request_hash(operation, canonical())
     if ahead is not None:
         reads = await request.app.state.resources.memory_reader()
         stored = await stored_key(reads, caller.tenant_id, key)
-        early = idempotency.replay(key, stored, operation, request_hash(operation, body))
+        early = idempotency.replay(key, stored, operation, digest)
         if early is not None:
             return _answer(early)
         await ahead()
-    return _answer(await idempotency.run(key, operation, body, rendered))
+    return _answer(await idempotency.run(key, operation, digest, rendered))
 
 
 def _answer(outcome: Outcome) -> Response:

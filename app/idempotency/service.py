@@ -91,11 +91,11 @@ class IdempotencyService:
         self,
         key: str,
         operation: str,
-        body: Any,
+        digest: bytes,
         produce: Callable[[], Awaitable[tuple[int, str]]],
     ) -> Outcome:
-        """`produce` makes the answer (status, JSON text) when the key is new."""
-        digest = request_hash(operation, body)
+        """`produce` makes the answer (status, JSON text) when the key is new; `digest`
+        is the request's `request_hash`."""
         if not await self.repository.claim(key, operation, digest):
             record = await self.repository.get(key)
             if (replayed := self.replay(key, record, operation, digest)) is not None:

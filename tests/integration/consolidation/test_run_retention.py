@@ -10,7 +10,6 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import httpx
-import pytest
 from sqlalchemy import text
 
 from app.consolidation.repository import purge_runs_finished_before
@@ -18,6 +17,7 @@ from app.maintenance import start_maintenance
 from app.resources import Resources
 from tests.conftest import TenantKey, sample
 from tests.integration.consolidation.conftest import consolidate, memory, seed
+from tests.integration.test_maintenance import wait_for
 
 
 async def ended_days_ago(resources: Resources, tenant: TenantKey,
@@ -103,12 +103,10 @@ async def test_the_service_purges_old_runs_in_the_background(
     own = replace(resources, settings=settings, background=[])
     start_maintenance(own)
     try:
-        for _ in range(100):
-            if await run_status(client, run["id"]) == 404:
-                break
-            await asyncio.sleep(0.05)
-        else:
-            pytest.fail("the old run was not purged")
+        async def purged() -> bool:
+            return await run_status(client, run["id"]) == 404
+
+        await wait_for(purged, "the old run was not purged")
     finally:
         for task in own.background:
             task.cancel()
