@@ -206,6 +206,10 @@ class Settings(BaseSettings):
     # ranked by its length alone on that word, and the fusion's places turned that into a
     # third of the score. It still matches. 1 turns it off.
     search_text_common_share: float = Field(default=0.5, gt=0, le=1)
+    # One result stands for every copy of the same text in the same owner's hands
+    # (app/search/duplicate_key.py), so facts stated again do not fill the results; false
+    # answers each copy.
+    search_collapse_duplicates: bool = True
     search_bm25_k1: float = Field(default=0.8, ge=0, le=10)
     search_bm25_b: float = Field(default=0.25, ge=0, le=1)
     hnsw_ef_search: int = Field(default=40, ge=1, le=1000)

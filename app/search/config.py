@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app.search.duplicate_key import duplicate_key
 from app.search.pipeline import PipelineConfig, SearchPipeline
 from app.search.repository import RetrievalLimits
 from app.settings import Settings
@@ -21,6 +22,7 @@ def build_pipeline(settings: Settings) -> SearchPipeline:
         summary_downweight_factor=settings.summary_downweight_factor,
         summary_boost_factor=settings.summary_boost_factor,
         min_similarity=settings.min_similarity,
+        duplicate_key=duplicate_key if settings.search_collapse_duplicates else None,
     ))
 
 

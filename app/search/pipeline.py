@@ -3,7 +3,8 @@
 Candidate retrieval (the one stage that needs the database) and the query
 embedding (I/O) happen in the service before `SearchPipeline.run`; everything
 after them is here, in this fixed order: relevance floor -> fusion -> scoring ->
-date match -> summary coverage -> summary down-weight -> cut to top_k.
+date match -> summary coverage -> summary down-weight -> collapse of duplicates -> cut
+to top_k.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.search.stages.base import Stage
+from app.search.stages.collapse_duplicates import CollapseDuplicates, DuplicateKey
 from app.search.stages.cut import CutToTopK
 from app.search.stages.date_match import DateMatch
 from app.search.stages.fusion import ReciprocalRankFusion
@@ -55,6 +57,9 @@ class PipelineConfig:
     summary_boost_factor: float = 1.0
     # -1 keeps every candidate (see RelevanceFloor).
     min_similarity: float = -1.0
+    # What makes two candidates one result (app/search/duplicate_key.py); None: nothing
+    # is collapsed.
+    duplicate_key: DuplicateKey | None = None
 
 
 def build_stages(config: PipelineConfig) -> tuple[Stage, ...]:
@@ -74,6 +79,7 @@ def build_stages(config: PipelineConfig) -> tuple[Stage, ...]:
         SummaryDownweight(
             factor=config.summary_downweight_factor, boost=config.summary_boost_factor
         ),
+        CollapseDuplicates(key=config.duplicate_key),
         CutToTopK(),
     )
 

@@ -28,7 +28,7 @@ from tests.conftest import TenantKey, create_tenant_key, make_client
 
 PROBLEM_JSON = "application/problem+json"
 STAGES = ("relevance_floor", "fusion", "scoring", "date_match", "summary_coverage",
-          "summary_downweight", "cut")
+          "summary_downweight", "collapse_duplicates", "cut")
 HNSW_INDEX = "ix_memories_embedding_hnsw"
 # Scopes at or above this many rows take the HNSW path in the `hnsw` variant.
 SMALL_EXACT_BELOW = 5
@@ -241,23 +241,31 @@ async def test_results_are_ordered_by_score_and_carry_no_explanation_by_default(
 
 
 async def test_two_copies_of_a_fact_score_alike_and_the_newer_comes_first(
-    client: httpx.AsyncClient,
+    client: httpx.AsyncClient, resources: Resources, tenant: TenantKey,
 ) -> None:
     """Found by an exploratory probe: each list placed the older copy first (ids are
-    time-ordered), and fusion made that place a score up to twice the newer's."""
+    time-ordered), and fusion made that place a score up to twice the newer's. Seen with
+    both copies answered (collapsing off); collapsed, the newer stands for the older."""
     fact = {"content": "The user's favourite colour is teal", "user_id": "u1"}
     (older,) = await seed(client, [fact])
     (newer,) = await seed(client, [fact])
     await seed(client, [{"content": f"The user had lunch at noon on day {i}", "user_id": "u1"}
                         for i in range(5)])
-
-    answer = await search(client, "what is the user's favourite colour?", user_id="u1",
-                          explain=True)
+    question = "what is the user's favourite colour?"
+    every_copy = resources.settings.model_copy(update={"search_collapse_duplicates": False})
+    async with make_client(replace(resources, settings=every_copy), tenant.headers) as both:
+        answer = await search(both, question, user_id="u1", explain=True)
 
     first, second = answer["results"][:2]
     assert [first["memory"]["id"], second["memory"]["id"]] == [newer["id"], older["id"]]
     assert first["score"] == pytest.approx(second["score"], abs=1e-6)
     assert first["explanation"]["fusion"] == second["explanation"]["fusion"]
+
+    collapsed = await search(client, question, user_id="u1", explain=True)
+    assert ids_of(collapsed)[0] == newer["id"]
+    assert older["id"] not in ids_of(collapsed)
+    assert collapsed["results"][0]["explanation"]["collapse_duplicates"] == {
+        "duplicates": 1, "duplicate_ids": older["id"]}
 
 
 async def test_a_result_is_the_memory_as_stored(client: httpx.AsyncClient) -> None:

@@ -633,3 +633,67 @@ async def test_a_summary_request_gets_the_summary_of_the_facts_it_finds(
     assert first["explanation"]["relevance_floor"]["min_similarity"] == \
         LOCAL_MODEL_MIN_SIMILARITY
     assert summary_of["work"] not in {r["memory"]["id"] for r in answer["results"]}
+
+
+# --- a fact stated again -------------------------------------------------------------------
+
+TEA = "Priya's favourite tea is jasmine."
+TEA_AGAIN = ("Priya's favourite tea is jasmine.", "priya's favourite  tea is jasmine",
+             "PRIYA'S FAVOURITE TEA IS JASMINE!")
+OTHER_DRINKS = ("Priya drinks an espresso every morning.",
+                "Priya does not drink alcohol at work dinners.",
+                "Priya brought oolong tea back from Taipei.")
+
+
+async def _tea_tenant(resources: Resources) -> tuple[TenantKey, list[str], list[str]]:
+    """Priya's tea fact told in four sessions, each copy with its own case and punctuation,
+    beside three other drinks of hers, and Omar's identical words: ids of (her tea copies,
+    oldest first; the rest)."""
+    tenant = await create_tenant_key(resources)
+    copies, rest = [], []
+    async with make_client(resources, tenant.headers) as client:
+        for i, content in enumerate((TEA, *TEA_AGAIN)):
+            resp = await client.post("/v1/memories", json={
+                "content": content, "user_id": "priya", "session_id": f"s{i}",
+                "created_at": datetime(2026, 3, 1 + i, tzinfo=UTC).isoformat()})
+            assert resp.status_code == 201, resp.text
+            copies.append(resp.json()["id"])
+        for content, user in [*((c, "priya") for c in OTHER_DRINKS), (TEA, "omar")]:
+            resp = await client.post("/v1/memories", json={"content": content, "user_id": user})
+            assert resp.status_code == 201, resp.text
+            rest.append(resp.json()["id"])
+    return tenant, copies, rest
+
+
+async def test_a_fact_stated_again_is_one_result_and_the_next_one_takes_the_place(
+    model_resources: Resources,
+) -> None:
+    tenant, copies, (espresso, alcohol, oolong, omars) = await _tea_tenant(model_resources)
+    async with make_client(model_resources, tenant.headers) as client:
+        answer = await search(client, "What tea does Priya like?", user_id="priya", top_k=3)
+        wide = await search(client, "What tea does Priya like?", top_k=10)
+
+    # Without the stage the four copies were the first four results (the next test).
+    kept, *others = (r["memory"]["id"] for r in answer["results"])
+    assert kept in copies
+    assert others == [espresso, oolong]
+    collapsed = answer["results"][0]["explanation"]["collapse_duplicates"]
+    assert collapsed["duplicates"] == 3
+    assert set(collapsed["duplicate_ids"].split(",")) == set(copies) - {kept}
+    # Across the tenant another user's identical words are their own result.
+    wide_ids = [r["memory"]["id"] for r in wide["results"]]
+    assert omars in wide_ids
+    assert len(set(wide_ids) & set(copies)) == 1
+    assert {espresso, alcohol, oolong} <= set(wide_ids)
+
+
+async def test_with_collapsing_off_every_copy_is_answered(model_resources: Resources) -> None:
+    tenant, copies, _ = await _tea_tenant(model_resources)
+    settings = model_resources.settings.model_copy(
+        update={"search_collapse_duplicates": False})
+    async with make_client(replace(model_resources, settings=settings),
+                           tenant.headers) as client:
+        answer = await search(client, "What tea does Priya like?", user_id="priya", top_k=4)
+
+    assert {r["memory"]["id"] for r in answer["results"]} == set(copies)
+    assert "collapse_duplicates" not in answer["results"][0]["explanation"]

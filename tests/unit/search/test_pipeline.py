@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, replace
 
 import pytest
@@ -56,7 +57,7 @@ def test_default_pipeline_still_puts_the_fact_first_for_a_regular_query() -> Non
 def test_stages_run_in_the_documented_order() -> None:
     names = [s.name for s in build_stages(PipelineConfig())]
     assert names == ["relevance_floor", "fusion", "scoring", "date_match", "summary_coverage",
-                     "summary_downweight", "cut"]
+                     "summary_downweight", "collapse_duplicates", "cut"]
 
 
 def test_config_reaches_each_stage() -> None:
@@ -73,8 +74,9 @@ def test_config_reaches_each_stage() -> None:
         summary_downweight_factor=0.25,
         summary_boost_factor=1.5,
         min_similarity=0.25,
+        duplicate_key=_same_payload,
     )
-    floor, fusion, scoring, date_match, coverage, downweight, _ = build_stages(config)
+    floor, fusion, scoring, date_match, coverage, downweight, collapse, _ = build_stages(config)
     assert floor.min_similarity == 0.25  # type: ignore[attr-defined]
     assert (fusion.k, fusion.vector_weight, fusion.text_weight) == (10, 0.5, 2.0)  # type: ignore[attr-defined]
     assert (scoring.importance_weight, scoring.recency_weight) == (0.3, 0.4)  # type: ignore[attr-defined]
@@ -82,6 +84,11 @@ def test_config_reaches_each_stage() -> None:
     assert date_match.weight == 0.2  # type: ignore[attr-defined]
     assert (coverage.weight, coverage.depth) == (0.75, 3)  # type: ignore[attr-defined]
     assert (downweight.factor, downweight.boost) == (0.25, 1.5)  # type: ignore[attr-defined]
+    assert collapse.key is _same_payload  # type: ignore[attr-defined]
+
+
+def _same_payload(c: Candidate) -> Hashable:
+    return str(c.payload)
 
 
 def test_regular_query_puts_the_fact_above_the_summary_that_covers_it() -> None:

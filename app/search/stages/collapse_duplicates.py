@@ -1,0 +1,62 @@
+"""Keeps one memory of each set of duplicates among the results.
+
+Agents store the same fact again and again ("the user prefers dark mode", once a
+session); every copy has the same vector and the same words, so the copies tie in both
+lists and fill the results side by side, pushing out the next distinct memory. This
+stage walks the candidates in the final order and drops each one whose key (given by
+whoever builds the pipeline: the pipeline does not look inside a candidate's payload) an
+earlier one already has, so the first of a set (the best score; on a tie the newest)
+stands for it, and the cut then takes the next distinct memory in the dropped one's place.
+
+Keys are computed only until `top_k` distinct candidates are found, and only those are
+passed on: the rest come after them in the cut's own order, so none of them could make
+it (and the cut then orders `top_k` candidates, not every one retrieved).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+
+from app.search.stages.cut import order_key
+from app.search.types import Candidate, SearchContext
+
+DuplicateKey = Callable[[Candidate], Hashable]
+
+
+@dataclass(frozen=True, slots=True)
+class CollapseDuplicates:
+    # None: every candidate is its own (the stage changes nothing).
+    key: DuplicateKey | None = None
+
+    @property
+    def name(self) -> str:
+        return "collapse_duplicates"
+
+    def __call__(self, ctx: SearchContext, /) -> SearchContext:
+        if self.key is None:
+            return ctx
+        ordered = sorted(ctx.candidates, key=order_key)
+        kept: list[Candidate] = []
+        first_of: dict[Hashable, int] = {}
+        dropped: dict[int, list[Candidate]] = {}
+        for c in ordered:
+            if len(kept) == ctx.top_k:
+                break
+            key = self.key(c)
+            place = first_of.get(key)
+            if place is None:
+                first_of[key] = len(kept)
+                kept.append(c)
+            else:
+                dropped.setdefault(place, []).append(c)
+        if ctx.explain:
+            kept = [self._explained(c, dropped.get(i, [])) for i, c in enumerate(kept)]
+        return ctx.with_candidates(tuple(kept))
+
+    def _explained(self, c: Candidate, copies: list[Candidate]) -> Candidate:
+        return c.rescored(c.score, self.name, {
+            "duplicates": len(copies),
+            # Scalars only in an explanation: the ids as one comma-separated string.
+            "duplicate_ids": ",".join(str(d.memory_id) for d in copies) or None,
+        })
