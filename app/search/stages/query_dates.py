@@ -32,18 +32,26 @@ _MONTH_DAY_YEAR = re.compile(rf"\b{_MONTH}\s+{_DAY},?\s+{_YEAR}\b", re.IGNORECAS
 _ISO = re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})(?:\b|(?=T\d))")
 
 
+def _month(name: str) -> int | None:
+    # Unicode's case-insensitive matching also takes letters whose lower case is no ASCII
+    # letter for one (a long s for "s", a dotted capital I for "i"): those name no month here.
+    return _MONTHS.get(name.lower())
+
+
 def query_dates(text: str) -> tuple[date, ...]:
     """The days `text` names, in the order it names them, each once."""
     found: list[tuple[int, date]] = []
 
-    def add(position: int, year: str, month: int, day: str) -> None:
+    def add(position: int, year: str, month: int | None, day: str) -> None:
+        if month is None:
+            return
         with contextlib.suppress(ValueError):  # a day the month does not have
             found.append((position, date(int(year), month, int(day))))
 
     for m in _DAY_MONTH_YEAR.finditer(text):
-        add(m.start(), m.group(3), _MONTHS[m.group(2).lower()], m.group(1))
+        add(m.start(), m.group(3), _month(m.group(2)), m.group(1))
     for m in _MONTH_DAY_YEAR.finditer(text):
-        add(m.start(), m.group(3), _MONTHS[m.group(1).lower()], m.group(2))
+        add(m.start(), m.group(3), _month(m.group(1)), m.group(2))
     for m in _ISO.finditer(text):
         add(m.start(), m.group(1), int(m.group(2)), m.group(3))
     return tuple(dict.fromkeys(d for _, d in sorted(found)))

@@ -1343,3 +1343,14 @@ async def test_a_scope_that_is_a_sliver_of_a_large_tenant_is_ranked_exactly(
     answer = await search_across_the_crossover(resources, tenant, search_statements, path,
                                                **{column: scope})
     assert {r["memory"][column] for r in answer["results"]} == {scope}
+
+
+async def test_a_month_spelt_with_a_look_alike_letter_is_no_date_and_no_error(
+    client: httpx.AsyncClient,
+) -> None:
+    """An exploratory probe: "8 sep 2023" spelt with a long s matched the month pattern case-blind
+    and was then looked up as it was spelt, and the search answered 500."""
+    await seed(client, [{"content": "The user moved to Porto in September", "user_id": "u1"}])
+    for query in ("what happened on 8 \u017fep 2023", "on 5 Apr\u0130l 2023"):
+        answer = await search(client, query, user_id="u1")
+        assert answer["query_style"] == "regular"

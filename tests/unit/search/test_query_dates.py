@@ -42,6 +42,13 @@ MAY_8 = date(2023, 5, 8)
     ("on 2023-13-01", ()),
     ("the May 2023 report, item 8", ()),
     ("", ()),
+    # Letters Unicode's case folding matches to an ASCII one (long s, dotless and dotted
+    # i, the Kelvin sign) name no month: they had answered a search 500.
+    ("what happened on 8 \u017fep 2023", ()),
+    ("on 8 Apr\u0131l 2023", ()),
+    ("on 5 Apr\u0130l 2023", ()),
+    ("Augu\u017ft 3, 2024", ()),
+    ("on 8 \u212a 2023 and 8 May 2023", (MAY_8,)),
 ])
 def test_query_dates(text: str, days: tuple[date, ...]) -> None:
     assert query_dates(text) == days
