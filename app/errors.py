@@ -468,6 +468,11 @@ def install_error_handlers(app: FastAPI) -> None:
         response = await unexpected_problem(request, exc)
         if (rid := request_id.current()) is not None:
             response.headers[request_id.HEADER] = rid
+        # Starlette raises the error again once this is sent, and uvicorn then closes the
+        # connection: said here, a keep-alive client opens a new one for its next request
+        # instead of writing it into the closing one and getting a reset (an exploratory
+        # probe's /healthz right after a 500).
+        response.headers["Connection"] = "close"
         return response
 
     # The database's failures, answered inside the middleware: the handler for Exception

@@ -73,6 +73,8 @@ async def test_a_500_and_its_log_line_carry_the_id(
     assert resp.headers["content-type"] == "application/problem+json"
     assert resp.headers["x-request-id"] == "req-500"
     assert resp.json()["request_id"] == "req-500"
+    # uvicorn closes the connection after it: the client is told not to reuse it.
+    assert resp.headers["connection"] == "close"
     (record,) = [r for r in caplog.records if r.name == "engram.errors"]
     assert record.getMessage() == "unhandled error during DELETE /v1/memories"
     assert record.request_id == "req-500"  # type: ignore[attr-defined]
