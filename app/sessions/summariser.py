@@ -56,7 +56,10 @@ class ExtractiveSummariser:
 
     async def fold(self, summary: str | None, turns: Sequence[TurnView],
                    max_chars: int) -> str:
-        lines = summary.splitlines() if summary else []
+        # Its lines are the ones this joins with "\n"; splitlines() also broke a line at
+        # a turn's own U+2028, NEL or form feed, and the pieces lost their "- role: "
+        # (an exploratory probe).
+        lines = summary.split("\n") if summary else []
         seen = {normalise_sentence(s) for line in lines
                 for s in split_sentences(_BULLET.sub("", line))}
         for turn in turns:

@@ -504,6 +504,14 @@ async def test_extractive_does_not_repeat_the_first_sentence_of_a_summary_line()
     assert second == "- user: Alice lives in Paris.\n- user: Bob is 40."
 
 
+async def test_extractive_keeps_a_line_whole_across_folds_whatever_its_separators() -> None:
+    text = "Alice line one\u2028Bob line two\x85Carol three\x0bDan four\x0cEve 5."
+    summariser = ExtractiveSummariser()
+    first = await summariser.fold(None, [turn(1, text)], 1000)
+    second = await summariser.fold(first, [turn(2, "Frank is 40.", role="assistant")], 1000)
+    assert second.split("\n") == [f"- user: {text}", "- assistant: Frank is 40."]
+
+
 async def test_extractive_drops_the_oldest_lines_when_full() -> None:
     turns = [turn(i, f"Order {i} costs {i}0 euros.") for i in range(1, 6)]
     line = "- user: Order 1 costs 10 euros."  # every line is this long
