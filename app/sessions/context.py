@@ -50,6 +50,26 @@ def within_tokens(text: str, tokens: int) -> str:
     return clip(text, low)
 
 
+def newest_lines_within_tokens(text: str, tokens: int) -> str:
+    """`text` in at most `tokens` estimated tokens, its first lines left out first: a
+    summary's lines run oldest to newest, and its end is what the turns just folded made.
+    One line left that is still too long is clipped as `within_tokens` clips."""
+    if estimate_tokens(text) <= tokens:
+        return text
+    lines = text.split("\n")
+    if len(lines) == 1:
+        return within_tokens(text, tokens)
+    # The fewest first lines to leave out: dropping lines never adds tokens.
+    low, high = 1, len(lines) - 1
+    while low < high:
+        middle = (low + high) // 2
+        if estimate_tokens("\n".join(lines[middle:])) <= tokens:
+            high = middle
+        else:
+            low = middle + 1
+    return within_tokens("\n".join(lines[low:]), tokens)
+
+
 @dataclass(frozen=True, slots=True)
 class ContextParts:
     mode: SessionStrategy  # the strategy in force (truncation while the summariser is down)

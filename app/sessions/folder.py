@@ -20,7 +20,7 @@ from datetime import timedelta
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.service.metrics import SESSION_FOLDS
-from app.sessions.context import CHARS_PER_TOKEN, chars_for, within_tokens
+from app.sessions.context import CHARS_PER_TOKEN, chars_for, newest_lines_within_tokens
 from app.sessions.folding import FoldPolicy, next_fold
 from app.sessions.health import Health, HealthPolicy, after_failure, after_success, next_try
 from app.sessions.repository import SessionRepository
@@ -93,8 +93,11 @@ class SessionFolder:
             # As many tokens as `max_chars` of English make: a summary in a script of a
             # token a character (Chinese, Japanese) took up to 4x that, more than the
             # default budget, and left the context no recent turn. The summariser is asked
-            # for as many characters of the session's own text as make them, so the cut
-            # below (which loses the summary's end) is seldom needed.
+            # for as many characters of the session's own text as make them. Where that
+            # text mixes scripts the average misleads (an English summary, then Chinese
+            # turns), and the answer is cut to the tokens after all: by its first lines,
+            # the oldest, where the cut at its end lost the turns just folded, which were
+            # then in neither the summary nor the recent turns (an exploratory probe).
             tokens = self.max_chars // CHARS_PER_TOKEN
             wanted = min(self.max_chars, chars_for(tokens, "".join(
                 [state.summary or "", *(turn.content for turn in turns)])))
@@ -104,7 +107,7 @@ class SessionFolder:
             except SummaryFailed as exc:
                 summary = exc
             if isinstance(summary, str):
-                summary = within_tokens(summary, tokens)
+                summary = newest_lines_within_tokens(summary, tokens)
             async with self.maker.begin() as db:
                 repository = self._repository(db)
                 locked = await repository.get(self.session_id, lock=True)

@@ -463,6 +463,39 @@ async def test_a_summary_in_a_script_of_a_token_a_character_leaves_room_for_turn
     assert limit <= verbose.asked[-1] <= limit * 1.2  # digits and spaces are a quarter
 
 
+async def test_turns_in_another_script_folded_after_an_english_summary_stay_in_it(
+    small: Resources, small_client: httpx.AsyncClient, tenant: TenantKey,
+) -> None:
+    """Found by an exploratory probe: the summariser was asked for the characters the
+    summary and the turns make on average, which for an English summary and Chinese turns
+    was too many tokens, and the cut that followed lost the summary's end: the turns just
+    folded, already past the cursor, were in neither the summary nor the recent turns."""
+    sid = new_id()
+    for i in range(60):
+        await append(small_client, sid, f"Dana booked train {i} to Porto at 9:{i:02d} for "
+                     f"the offsite and paid {i}0 euros for it. " * 2)
+    assert (await fold(small, tenant, sid)).folds > 0
+    english = (await get_json(small_client, f"/v1/sessions/{sid}/context"))["summary"]
+    limit = small.settings.session_summary_max_chars // 4
+    assert estimate_tokens(english) > limit // 2
+    chinese = [f"第{n}次会议" + "预算四千二百欧元周三出发" * 22 for n in range(8)]
+    for content in chinese:
+        await append(small_client, sid, content)
+    assert (await fold(small, tenant, sid)).folds > 0
+
+    session = await get_json(small_client, f"/v1/sessions/{sid}")
+    context = await get_json(small_client, f"/v1/sessions/{sid}/context")
+    summary = context["summary"]
+    assert estimate_tokens(summary) <= limit
+    # Every turn past the cursor's last fold is in the summary or among the recent turns.
+    folded = session["cursor"] - 60
+    recent = {t["content"] for t in context["turns"]}
+    assert folded >= 4
+    assert chinese[folded - 1] in summary
+    assert all(c in summary or c in recent for c in chinese[:folded][-2:])
+    assert summary.split("\n")[-1] == f"- user: {chinese[folded - 1]}"
+
+
 async def test_a_burst_of_turns_is_folded_whole_while_the_summariser_is_healthy(
     small: Resources, small_client: httpx.AsyncClient, tenant: TenantKey,
 ) -> None:

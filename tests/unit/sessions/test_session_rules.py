@@ -19,6 +19,7 @@ from app.sessions.context import (
     Truncation,
     estimate_tokens,
     fold_warning,
+    newest_lines_within_tokens,
     newest_within,
     strategy_in_force,
     within_tokens,
@@ -670,3 +671,32 @@ def test_within_tokens_is_the_longest_clip_that_fits(text: str, tokens: int) -> 
     assert text.startswith(kept.rstrip("…"))
     if kept != text:  # the longest that fits: a larger allowance keeps more
         assert estimate_tokens(within_tokens(text, tokens + 50)) > estimate_tokens(kept)
+
+
+ENGLISH_LINE = "- user: Dana booked the 9:40 train to Porto for the trip."
+CHINESE_LINE = "- user: " + "会议预算四千二百欧元" * 20
+
+
+@pytest.mark.parametrize("tokens", [1, 20, 60, 250, 400, 10_000])
+def test_newest_lines_within_tokens_leaves_out_the_oldest_lines_first(tokens: int) -> None:
+    """An English summary with Chinese lines folded after it: the lines are the oldest
+    first, and a cut at the end lost the newest."""
+    lines = [*(f"{ENGLISH_LINE} ({i})" for i in range(10)),
+             *(f"{CHINESE_LINE}{i}" for i in range(3))]
+    text = "\n".join(lines)
+    kept = newest_lines_within_tokens(text, tokens)
+    assert estimate_tokens(kept) <= tokens
+    if estimate_tokens(text) <= tokens:
+        assert kept == text
+    elif estimate_tokens(lines[-1]) <= tokens:
+        # Whole lines, the newest, as many as fit.
+        taken = kept.split("\n")
+        assert taken == lines[-len(taken):]
+        assert estimate_tokens("\n".join(lines[-len(taken) - 1:])) > tokens
+    else:  # the newest line alone is too long: it is clipped
+        assert kept == within_tokens(lines[-1], tokens)
+
+
+def test_newest_lines_within_tokens_clips_a_single_line_as_within_tokens_does() -> None:
+    assert newest_lines_within_tokens(CHINESE_LINE, 50) == within_tokens(CHINESE_LINE, 50)
+    assert newest_lines_within_tokens("short", 50) == "short"
