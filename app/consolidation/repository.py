@@ -147,6 +147,9 @@ class ConsolidationRepository:
             summary.tenant_id == Memory.tenant_id,
             summary.fact_role == "summary",
             summary.archived_at.is_(None),
+            # An expired summary the purge has not yet removed stands for nothing a
+            # reader can see.
+            or_(summary.expires_at.is_(None), summary.expires_at > func.now()),
             summary.summary_of.op("@>")(array([Memory.id])),
         )
 
@@ -457,6 +460,7 @@ SUMMARY_COLUMNS = ("id", "content", "user_id", "agent_id", "session_id", "namesp
 COVERING_SUMMARY = """
     SELECT id FROM memories
      WHERE tenant_id = $1 AND fact_role = 'summary' AND archived_at IS NULL
+       AND (expires_at IS NULL OR expires_at > now())
        AND summary_of && $2::uuid[]
      LIMIT 1"""
 # Locked in id order, after the sources (lock_sources): a delete or an expiry PATCH of a

@@ -61,6 +61,27 @@ async def test_synthesize_only_keeps_sources_active_and_does_not_summarise_twice
     assert len(await summaries(client, user_id="u1")) == 1
 
 
+async def test_an_expired_summary_no_longer_keeps_its_sources_from_the_next_run(
+    client: httpx.AsyncClient, resources: Resources,
+) -> None:
+    """Found by an exploratory probe (from the code): an expired summary the purge had
+    not yet removed still counted as covering its sources, in the choice of candidates
+    and again when the group was written, so until the purge no synthesize_only run
+    summarised them, while no search could see the summary."""
+    ids = await seed(client, [memory(f"note {i}", i) for i in range(4)])
+    first = (await consolidate(client, user_id="u1", mode="synthesize_only"))["groups"][0]
+    async with resources.engine.begin() as conn:
+        await conn.execute(text("UPDATE memories SET expires_at = now() - interval '1 second'"
+                                " WHERE id = CAST(:id AS uuid)"), {"id": first["summary_id"]})
+
+    again = await consolidate(client, user_id="u1", mode="synthesize_only")
+
+    (group,) = again["groups"]
+    assert group["folded_ids"] == ids[:3]
+    assert group["summary_id"] != first["summary_id"]
+    assert [s["id"] for s in await summaries(client, user_id="u1")] == [group["summary_id"]]
+
+
 async def test_an_archive_run_folds_the_live_summary_of_what_it_archives(
     client: httpx.AsyncClient,
 ) -> None:
