@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeGuard
 
+from pydantic import BaseModel
+
 from app.errors import Conflict, ValidationFailed
 from app.idempotency.repository import IdempotencyRepository
 
@@ -24,6 +26,15 @@ class Outcome:
     body: str
     """The answer's JSON text, as the first request was sent it."""
     replayed: bool
+
+
+def canonical_body(body: BaseModel) -> dict[str, Any]:
+    """What identifies a create's validated body: each field the request sets to other than
+    its default. A generated client sends every default (`"importance": 0.5`, `"user_id":
+    null`) and a hand-written retry of the same create may not, and the two had hashed
+    apart: a 409 for the same request (an exploratory probe). A field added later with a
+    default does not change the form of a request that leaves it out."""
+    return body.model_dump(mode="json", exclude_defaults=True)
 
 
 def request_hash(operation: str, body: Any) -> bytes:

@@ -7,12 +7,12 @@ from dataclasses import replace
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from pydantic import BaseModel
 
 from app.consolidation.auto import AutoConsolidation
 from app.deps import CallerDep, SessionDep, problems, refuse_unknown_params
 from app.errors import ValidationFailed
 from app.idempotency.http import IdempotencyKey, keyed_create
+from app.idempotency.service import canonical_body
 from app.memories.capacity import CapacityBound
 from app.memories.repository import MemoryFilter, MemoryReader, MemoryRepository
 from app.memories.schemas import (
@@ -81,10 +81,6 @@ async def memory_filter(
 FilterDep = Annotated[MemoryFilter, Depends(memory_filter)]
 
 
-def _canonical(body: BaseModel) -> Any:
-    return body.model_dump(mode="json", exclude_unset=True)
-
-
 def _service(request: Request, session: SessionDep, caller: CallerDep) -> MemoryService:
     resources = request.app.state.resources
     every = resources.settings.auto_consolidate_every
@@ -118,7 +114,7 @@ async def create_memory(
         return 201, memory.model_dump(mode="json")
 
     return await keyed_create(request, session, caller, idempotency_key, "createMemory",
-                              lambda: _canonical(body), produce, ahead=embed)
+                              lambda: canonical_body(body), produce, ahead=embed)
 
 
 @router.post("/batch", operation_id="createMemories", status_code=201,
@@ -141,7 +137,7 @@ async def create_memories(
         return 201, MemoryBatch(items=memories).model_dump(mode="json")
 
     return await keyed_create(request, session, caller, idempotency_key, "createMemories",
-                              lambda: _canonical(body), produce, ahead=embed)
+                              lambda: canonical_body(body), produce, ahead=embed)
 
 
 async def _reads(request: Request, caller: CallerDep) -> MemoryReads:

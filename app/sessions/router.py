@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 from app.deps import CallerDep, SessionDep, problems, refuse_unknown_params
 from app.errors import problem_response
 from app.idempotency.http import IdempotencyKey, answered_before, keyed_create
+from app.idempotency.service import canonical_body
 from app.sessions.config import fold_policy, retention
 from app.sessions.health import SessionHealthState
 from app.sessions.repository import SessionFilter, SessionReader, SessionRepository
@@ -89,7 +90,7 @@ async def append_turn(
     service = _service(request, session, caller)
 
     def canonical() -> dict[str, Any]:
-        return {"session_id": session_id, **body.model_dump(mode="json", exclude_unset=True)}
+        return {"session_id": session_id, **canonical_body(body)}
 
     # A retry of an answered append is only replayed: admitting it first would create the
     # session again had it been deleted since.

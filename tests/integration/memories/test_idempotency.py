@@ -90,6 +90,36 @@ async def test_same_key_with_a_different_body_is_409_and_keeps_the_original(
     assert await count_rows(resources, tenant.tenant_id) == 1
 
 
+async def test_a_retry_that_spells_out_the_defaults_is_the_same_request(
+    resources: Resources, client: httpx.AsyncClient, tenant: TenantKey
+) -> None:
+    """Found by an exploratory probe: a generated client sends every default, a
+    hand-written retry of the same create need not, and the two were a 409."""
+    headers = {"Idempotency-Key": new_key()}
+    first = await client.post("/v1/memories", json={"content": "eq", "tags": []},
+                              headers=headers)
+    assert first.status_code == 201
+    for same in ({"content": "eq"},
+                 {"tags": [], "content": "eq", "importance": 0.5, "user_id": None},
+                 {"content": "eq", "category": "general", "source": "api", "metadata": {},
+                  "expires_at": None, "created_at": None}):
+        retry = await client.post("/v1/memories", json=same, headers=headers)
+        assert retry.status_code == 201, retry.text
+        assert retry.headers[REPLAYED] == "true"
+        assert retry.json() == first.json()
+    # A value other than the default is another request still.
+    assert_conflict(await client.post("/v1/memories", json={"content": "eq", "importance": 0.6},
+                                      headers=headers))
+    batch_key = {"Idempotency-Key": new_key()}
+    batch = await client.post("/v1/memories/batch", json={"items": [{"content": "b"}]},
+                              headers=batch_key)
+    spelt = await client.post("/v1/memories/batch", headers=batch_key, json={
+        "items": [{"content": "b", "importance": 0.5, "tags": [], "namespace": None}]})
+    assert spelt.headers[REPLAYED] == "true"
+    assert spelt.json() == batch.json()
+    assert await count_rows(resources, tenant.tenant_id) == 2
+
+
 async def test_same_key_on_create_then_batch_create_is_409(
     resources: Resources, client: httpx.AsyncClient, tenant: TenantKey
 ) -> None:

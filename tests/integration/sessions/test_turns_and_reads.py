@@ -217,6 +217,10 @@ async def test_a_retry_with_the_same_idempotency_key_appends_once(
     # The same key for another session's turn is another request.
     other = await client.post(f"/v1/sessions/{new_id()}/turns", json=body, headers=headers)
     assert other.status_code == 409
+    # Its defaults spelt out (a generated client's form), the same request.
+    spelt = await client.post(f"/v1/sessions/{sid}/turns", json={**body, "agent_id": None},
+                              headers=headers)
+    assert (spelt.status_code, spelt.content) == (201, first.content)
 
 
 async def test_a_retry_after_the_session_was_deleted_is_replayed_and_creates_nothing(
