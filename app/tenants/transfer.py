@@ -140,6 +140,22 @@ def read_header(path: Path) -> Header:
         return parse_header(next(lines, ""))
 
 
+async def _another_name(repo: TransferRepository, exported: uuid.UUID) -> str:
+    """What the refusal of an import over an existing name says of --as: the export keeps
+    its tenant's id, so another name only works where no tenant has that id. Before, it
+    always pointed at --as, which the `default` tenant's export (its id is in every
+    database) and a second import into one database can never take."""
+    holder = await repo.tenant_name(exported)
+    if holder is None:
+        return "--as NAME imports the export as another tenant"
+    if exported == DEFAULT_TENANT_ID:
+        return ("and it cannot take another name: it is the `default` tenant, which every "
+                "database has; to reach it with authentication on, give it a key: keys "
+                "create --tenant default")
+    return (f"and --as cannot import it beside {holder!r} here, which has the exported "
+            "tenant's id (an export keeps its ids): import it into another database")
+
+
 async def import_tenant(engine: AsyncEngine, path: Path, *, name: str | None = None,
                         replace: bool = False) -> TransferReport:
     """Import the export at `path` as the tenant `name` (default: the exported one's
@@ -158,8 +174,8 @@ async def import_tenant(engine: AsyncEngine, path: Path, *, name: str | None = N
                     if not replace:
                         raise Conflict(
                             f"a tenant named {target!r} exists: --replace replaces its data "
-                            "with the export's (its keys and limits stay), --as NAME "
-                            "imports the export as another tenant")
+                            "with the export's (its keys and limits stay), "
+                            + await _another_name(repo, header.tenant_id))
                     live = await repo.live_runs(existing)
                     if live:
                         raise Conflict(
@@ -176,7 +192,9 @@ async def import_tenant(engine: AsyncEngine, path: Path, *, name: str | None = N
                         raise Conflict(
                             "the export is of the `default` tenant, which every database "
                             "has (the tenant of every call with authentication off): "
-                            f"import it with --replace over {holder!r}")
+                            f"import it with --replace over {holder!r}; to reach it with "
+                            "authentication on, give it a key: keys create --tenant "
+                            "default")
                     if holder is not None:
                         raise Conflict(
                             f"tenant {holder!r} here is the exported tenant itself (the same "

@@ -237,6 +237,8 @@ async def test_an_import_over_a_tenant_is_confirmed_first(
            "them" in asked.stderr
     assert refused.returncode == 1
     assert f"a tenant named {tenant.name!r} exists: --replace" in refused.stderr
+    # The export's own tenant is here: --as would collide with its ids, so it is not offered.
+    assert f"--as cannot import it beside {tenant.name!r} here" in refused.stderr
     assert absent.returncode == 1
     assert "no tenant named 'nobody-here' to replace" in absent.stderr
     assert done.returncode == 0, done.stderr
@@ -539,15 +541,31 @@ async def test_the_default_tenant_moves_over_another_databases_default_tenant(
                                   json={"content": "written with auth off"})).status_code == 201
         await export_tenant(source.engine, "default", file)
     async with another_database(resources, database_url) as target:
-        with pytest.raises(Conflict, match="the export is of the `default` tenant"):
+        with pytest.raises(Conflict, match="the export is of the `default` tenant") as renamed:
             await import_tenant(target.engine, file, name="laptop")
+        # Refused over the name it has: neither refusal sends the operator to --as, which
+        # it can never take (found by an exploratory probe), and both name the way on.
+        with pytest.raises(Conflict, match="it cannot take another name") as same_name:
+            await import_tenant(target.engine, file)
+        for refusal in (renamed, same_name):
+            assert "--as NAME" not in str(refusal.value)
+            assert "keys create --tenant default" in str(refusal.value)
         report = await import_tenant(target.engine, file, replace=True)
         async with reconfigured(target, url_of(target), auth_enabled=False) as server, \
                 make_client(server) as client:
             listed = (await client.get("/v1/memories")).json()["items"]
+        # What the refusals say works: a key of its own reaches it with auth on.
+        created = await cli(url_of(target), "keys", "create", "--tenant", "default",
+                            "--name", "laptop")
+        assert created.returncode == 0, created.stderr
+        key = created.stdout.split()[-1]
+        async with reconfigured(target, url_of(target), auth_enabled=True) as server, \
+                make_client(server, {"Authorization": f"Bearer {key}"}) as client:
+            keyed = (await client.get("/v1/memories")).json()["items"]
 
     assert report.replaced is not None
-    assert [m["content"] for m in listed] == ["written with auth off"]
+    assert [m["content"] for m in listed] == [m["content"] for m in keyed] == \
+        ["written with auth off"]
 
 
 async def test_a_path_that_is_not_a_file_is_refused(resources: Resources, tmp_path: Path) -> None:
