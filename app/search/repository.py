@@ -39,6 +39,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import unicodedata
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -658,7 +659,8 @@ class SearchRepository:
         query is being embedded."""
         params: dict[str, Any] = {
             "tenant_id": self.tenant_id,
-            "qtext": query_text,
+            # In the normal form the full-text vectors index (migration 0031).
+            "qtext": unicodedata.normalize("NFKC", query_text),
             "text_max_df": limits.text_max_df,
             "common_share": limits.text_common_share,
             "k1": limits.bm25_k1,

@@ -530,3 +530,55 @@ async def test_a_summarys_own_expiry_is_read_from_what_it_shows(
             "SELECT id, own_expires_at FROM memories"))}
     assert own == {fact: soon, lasting: None, following: None,
                    earlier: soon - timedelta(days=1), alone: soon + timedelta(days=1)}
+
+
+async def test_text_is_indexed_in_its_compatibility_normal_form_and_back_on_downgrade(
+    fresh_engine: AsyncEngine,
+) -> None:
+    """Migration 0031: a ligature ("\ufb01nance", from a PDF), decomposed accents (a Mac's
+    "Zoe" with a combining diaeresis) and full-width letters are indexed as the words
+    they spell, in the vectors and the term statistics, while the rows' text, versions and
+    history stay as they were; a downgrade indexes them as spelt again."""
+    await upgrade_to_head(fresh_engine, "0030")
+    spelt = {"ligature": "\ufb01nance report", "decomposed": "Zoe\u0308 Bronte\u0308",
+             "wide": "\uff21\uff30\uff29 budget", "plain": "finance review"}
+    vector = "[" + ",".join(["0.05"] * 384) + "]"
+    ids = {name: uuid.uuid4() for name in spelt}
+    async with fresh_engine.begin() as conn:
+        for name, content in spelt.items():
+            await conn.execute(text(
+                "INSERT INTO memories (tenant_id, id, content, embedding) "
+                "VALUES (:t, :id, :c, CAST(:v AS halfvec(384)))"),
+                {"t": DEFAULT_TENANT_ID, "id": ids[name], "c": content, "v": vector})
+
+    async def indexed() -> tuple[dict[str, Any], dict[str, int]]:
+        async with fresh_engine.connect() as conn:
+            rows = {r.id: r for r in await conn.execute(text(
+                "SELECT id, content, updated_at, version, "
+                "ARRAY(SELECT unnest(tsvector_to_array(ts_filter(tsv, '{a}')))) AS words "
+                "FROM memories"))}
+            df = {r.lexeme: int(r.df) for r in await conn.execute(text(
+                "SELECT lexeme, sum(df) AS df FROM term_stats WHERE tenant_id = :t "
+                "GROUP BY lexeme"), {"t": DEFAULT_TENANT_ID})}
+            assert await conn.scalar(text("SELECT count(*) FROM memory_versions")) == 0
+        return {name: rows[ids[name]] for name in spelt}, df
+
+    before, df_before = await indexed()
+    assert "\ufb01nanc" in before["ligature"].words
+    assert df_before["financ"] == 1
+
+    await upgrade_to_head(fresh_engine)
+    after, df_after = await indexed()
+    assert sorted(after["ligature"].words) == ["financ", "report"]
+    assert sorted(after["decomposed"].words) == ["bront\u00eb", "zo\u00eb"]
+    assert sorted(after["wide"].words) == ["api", "budget"]
+    assert (df_after["financ"], df_after.get("\ufb01nanc", 0)) == (2, 0)
+    for name in spelt:  # the text as sent, no new version, no history
+        assert (after[name].content, after[name].updated_at, after[name].version) == \
+            (spelt[name], before[name].updated_at, before[name].version)
+
+    await downgrade(fresh_engine, "0030")
+    again, df_again = await indexed()
+    assert {n: sorted(r.words) for n, r in again.items()} == \
+        {n: sorted(r.words) for n, r in before.items()}
+    assert df_again["financ"] == 1

@@ -1354,3 +1354,26 @@ async def test_a_month_spelt_with_a_look_alike_letter_is_no_date_and_no_error(
     for query in ("what happened on 8 \u017fep 2023", "on 5 Apr\u0130l 2023"):
         answer = await search(client, query, user_id="u1")
         assert answer["query_style"] == "regular"
+
+
+async def test_a_word_matches_its_other_unicode_spellings_by_full_text(
+    client: httpx.AsyncClient,
+) -> None:
+    """An exploratory probe: "finance" found nothing of a PDF's "\ufb01nance" (a ligature),
+    an NFC "Zoë" no decomposed one, nor "API" full-width letters; content and query are
+    both matched in Unicode's compatibility normal form (migration 0031)."""
+    stored = await seed(client, [
+        {"content": "The \ufb01nance report is due on Friday", "user_id": "u1"},
+        {"content": "Zoe\u0308 Bronte\u0308 lives in Besanc\u0327on", "user_id": "u1"},
+        {"content": "Rotate the \uff21\uff30\uff29 secret monthly", "user_id": "u1"},
+        {"content": "The garden needs water", "user_id": "u1"},
+    ])
+    ligature, decomposed, wide = (m["id"] for m in stored[:3])
+    for query, expected in (("finance", ligature), ("Zo\u00eb Bront\u00eb", decomposed),
+                            ("Zoe\u0308", decomposed), ("API secret", wide)):
+        answer = await search(client, query, user_id="u1", explain=True)
+        first = answer["results"][0]
+        assert first["memory"]["id"] == expected, query
+        assert first["explanation"]["fusion"]["text_rank"] == 1, query
+    # The content itself is returned as it was sent.
+    assert stored[0]["content"] == "The \ufb01nance report is due on Friday"
