@@ -1,6 +1,7 @@
 """Text helpers ops share: bullets, packing whole lines under a limit, cleaning LLM text."""
 
 import re
+import unicodedata
 
 _SPACES = re.compile(r"[ \t]+")
 # A reasoning model served behind an OpenAI-compatible endpoint (DeepSeek-R1, Qwen3, ...)
@@ -49,13 +50,46 @@ def clean_llm_text(text: str) -> str:
     return kept.strip()
 
 
+def _joins_previous(ch: str) -> bool:
+    """Whether `ch` is shown as part of the character before it: a combining mark (an
+    accent of decomposed text, a vowel sign), a joiner, a variation selector, an emoji's
+    skin tone or the tag characters of a flag."""
+    return (unicodedata.category(ch) in ("Mn", "Mc", "Me") or ch == "\u200d"
+            or "\ufe00" <= ch <= "\ufe0f" or "\U0001f3fb" <= ch <= "\U0001f3ff"
+            or "\U000e0020" <= ch <= "\U000e007f" or "\U000e0100" <= ch <= "\U000e01ef")
+
+
+def _regional(ch: str) -> bool:
+    return "\U0001f1e6" <= ch <= "\U0001f1ff"
+
+
+def shown_boundary(text: str, end: int) -> int:
+    """The last place at or before `end` that cuts no character as shown in two: not
+    before a mark or within an emoji sequence, not after a joiner or a virama (a
+    conjunct of Indic scripts), not between a flag's two letters. Cut by code point, a
+    summary ended on a family emoji's dangling joiner, an "é" without its accent (another
+    French word) or half a flag (an exploratory probe). 0 when the whole of text[:end]
+    is one such character."""
+    while 0 < end < len(text) and (_joins_previous(text[end]) or text[end - 1] == "\u200d"
+                                   or unicodedata.combining(text[end - 1]) == 9):
+        end -= 1
+    if 0 < end < len(text) and _regional(text[end]):
+        run = 0
+        while run < end and _regional(text[end - 1 - run]):
+            run += 1
+        end -= run % 2
+    return end
+
+
 def clip(text: str, limit: int) -> str:
-    """`text` cut to at most `limit` characters, at a word boundary when one is near."""
+    """`text` cut to at most `limit` characters, at a word boundary when one is near,
+    never inside a character as shown (`shown_boundary`)."""
     if len(text) <= limit:
         return text
     if limit <= 1:
         return text[:limit]
-    cut = text[: limit - 1]
+    # A single shown character longer than the limit (a run of stacked marks) is cut.
+    cut = text[: shown_boundary(text, limit - 1) or limit - 1]
     space = cut.rfind(" ")
     if space > limit // 2:
         cut = cut[:space]
