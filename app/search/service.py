@@ -18,7 +18,7 @@ from app.search.repository import (
 )
 from app.search.schemas import SearchRequest, SearchResponse, SearchResult
 from app.search.stages.query_style import analyze_query
-from app.search.types import Candidate, SearchContext
+from app.search.types import Candidate, QueryAnalysis, SearchContext
 
 
 class CandidateSource(Protocol):
@@ -30,6 +30,13 @@ class CandidateSource(Protocol):
     async def candidates(self, text: TextMatches, query_vector: Sequence[float],
                          filters: SearchFilter, limits: RetrievalLimits,
                          top_k: int = 0) -> list[RetrievedRow]: ...
+
+
+# The vector list's depth for a search whose first candidates were mostly copies of each
+# other: enough for a few dozen copies and top_k beyond them (and never past 1000, the
+# settings' own bound on a list's depth).
+COLLAPSED_DEPTH = 100
+MAX_VECTOR_DEPTH = 1000
 
 
 @dataclass(frozen=True)
@@ -59,23 +66,22 @@ class SearchService:
             raise
         text = await text_task
         analysis = analyze_query(request.query, tuple(vector))
+        now = datetime.now(UTC)
         rows = await self.repository.candidates(text, vector, filters, self.limits,
                                                 request.top_k)
-        candidates = tuple(
-            Candidate.retrieved(row.memory_id, row, row.importance, row.created_at,
-                                row.fact_role, row.vector_rank, row.vector_similarity,
-                                row.text_rank, row.text_score, row.covered_days, row.covers,
-                                row.text_day_only)
-            for row in rows
-        )
-        ctx = SearchContext(
-            query=analysis, candidates=candidates, top_k=request.top_k,
-            now=datetime.now(UTC), include_summaries=request.include_summaries,
-            explain=request.explain,
-        )
-        ranked = self.pipeline.run(ctx)
+        ranked = self._ranked(rows, analysis, request, now)
+        if ranked.collapsed and len(ranked.candidates) < request.top_k \
+                and self._vector_list_full(rows, request.top_k):
+            # Copies of one memory filled the vector list, and the distinct memories past
+            # them were never candidates: 40 copies of a preference and 12 paraphrases of
+            # it answered 9 results for top_k 20 (a re-probe). Once more, deeper; only
+            # then, since a search rarely collapses that much.
+            rows = await self.repository.candidates(
+                text, vector, filters, self.limits,
+                min(MAX_VECTOR_DEPTH, max(COLLAPSED_DEPTH, 4 * request.top_k)))
+            ranked = self._ranked(rows, analysis, request, now)
         return SearchResponse(
-            query_style=analysis.style,
+            query_style=ranked.query.style,
             results=[
                 SearchResult(
                     memory=cast(RetrievedRow, c.payload).memory(),
@@ -85,3 +91,23 @@ class SearchService:
                 for c in ranked.candidates
             ],
         )
+
+    def _ranked(self, rows: Sequence[RetrievedRow], analysis: QueryAnalysis,
+                request: SearchRequest, now: datetime) -> SearchContext:
+        candidates = tuple(
+            Candidate.retrieved(row.memory_id, row, row.importance, row.created_at,
+                                row.fact_role, row.vector_rank, row.vector_similarity,
+                                row.text_rank, row.text_score, row.covered_days, row.covers,
+                                row.text_day_only)
+            for row in rows
+        )
+        return self.pipeline.run(SearchContext(
+            query=analysis, candidates=candidates, top_k=request.top_k, now=now,
+            include_summaries=request.include_summaries, explain=request.explain,
+        ))
+
+    def _vector_list_full(self, rows: Sequence[RetrievedRow], top_k: int) -> bool:
+        """Whether the vector list came back as deep as asked, so that more rows may lie
+        past it (a scope smaller than the list holds no more)."""
+        asked = max(top_k, min(self.limits.vector_candidates, self.limits.hnsw_candidates))
+        return sum(row.vector_rank is not None for row in rows) >= asked

@@ -154,6 +154,8 @@ class SearchContext:
     now: datetime
     include_summaries: bool = True
     explain: bool = False
+    # Candidates the collapse of duplicates left out as copies of one it kept.
+    collapsed: int = 0
 
     def __post_init__(self) -> None:
         if self.top_k < 1:

@@ -53,8 +53,10 @@ def clean_llm_text(text: str) -> str:
 def _joins_previous(ch: str) -> bool:
     """Whether `ch` is shown as part of the character before it: a combining mark (an
     accent of decomposed text, a vowel sign), a joiner, a variation selector, an emoji's
-    skin tone or the tag characters of a flag."""
+    skin tone, the tag characters of a flag, or the vowel or final consonant of a Hangul
+    syllable written as its letters (Korean text from a Mac's file names)."""
     return (unicodedata.category(ch) in ("Mn", "Mc", "Me") or ch == "\u200d"
+            or "\u1160" <= ch <= "\u11ff" or "\ud7b0" <= ch <= "\ud7ff"
             or "\ufe00" <= ch <= "\ufe0f" or "\U0001f3fb" <= ch <= "\U0001f3ff"
             or "\U000e0020" <= ch <= "\U000e007f" or "\U000e0100" <= ch <= "\U000e01ef")
 

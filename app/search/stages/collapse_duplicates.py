@@ -10,13 +10,15 @@ stands for it, and the cut then takes the next distinct memory in the dropped on
 
 Keys are computed only until `top_k` distinct candidates are found, and only those are
 passed on: the rest come after them in the cut's own order, so none of them could make
-it (and the cut then orders `top_k` candidates, not every one retrieved).
+it (and the cut then orders `top_k` candidates, not every one retrieved). The context
+says how many copies were left out (`collapsed`): when that leaves fewer than `top_k`,
+the service retrieves deeper (app/search/service.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from app.search.stages.cut import order_key
 from app.search.types import Candidate, SearchContext
@@ -52,7 +54,8 @@ class CollapseDuplicates:
                 dropped.setdefault(place, []).append(c)
         if ctx.explain:
             kept = [self._explained(c, dropped.get(i, [])) for i, c in enumerate(kept)]
-        return ctx.with_candidates(tuple(kept))
+        return replace(ctx, candidates=tuple(kept),
+                       collapsed=sum(len(copies) for copies in dropped.values()))
 
     def _explained(self, c: Candidate, copies: list[Candidate]) -> Candidate:
         return c.rescored(c.score, self.name, {

@@ -697,3 +697,53 @@ async def test_with_collapsing_off_every_copy_is_answered(model_resources: Resou
 
     assert {r["memory"]["id"] for r in answer["results"]} == set(copies)
     assert "collapse_duplicates" not in answer["results"][0]["explanation"]
+
+
+DARK_MODE = "The user prefers dark mode."
+NIGHT_HABITS = ("Likes a black background in every app.",
+                "Switches the editor to a night palette.",
+                "Keeps the phone in night mode after sunset.",
+                "Uses an OLED-friendly black wallpaper.",
+                "Turns on the midnight skin in the browser.",
+                "Wants low-light screens when coding late.",
+                "Picked the charcoal look for the terminal.",
+                "Finds bright white windows tiring on the eyes.",
+                "Set the laptop to its dark appearance.",
+                "Runs a dimmed layout on the tablet.",
+                "Chose the black interface for the chat client.",
+                "Hates glare from light backgrounds.")
+
+
+async def test_copies_that_fill_the_vector_list_still_leave_top_k_distinct_results(
+    model_resources: Resources,
+) -> None:
+    """A re-probe: 40 copies of a preference took the vector list's 20 places, and the
+    paraphrases past them, sharing no word with the question, were never candidates: 9
+    results for top_k 20, one of them the preference. The search retrieves deeper once."""
+    tenant = await create_tenant_key(model_resources)
+    async with make_client(model_resources, tenant.headers) as client:
+        resp = await client.post("/v1/memories/batch", json={"items": [
+            *({"content": DARK_MODE, "user_id": "u1", "session_id": f"s{i}"}
+              for i in range(40)),
+            *({"content": c, "user_id": "u1"} for c in NIGHT_HABITS)]})
+        assert resp.status_code == 201, resp.text
+        question = "Which display colour theme is preferred?"
+        answer = await search(client, question, user_id="u1", top_k=5)
+
+    every = replace(model_resources, settings=model_resources.settings.model_copy(
+        update={"search_collapse_duplicates": False}))
+    async with make_client(every, tenant.headers) as client:
+        # Every copy answered, 52 deep: what the vector list reaches past the copies.
+        whole = await search(client, question, user_id="u1", top_k=60)
+        shallow = await search(client, question, user_id="u1", top_k=5)
+    # The habits over the relevance floor (the others share neither a word nor enough of
+    # the meaning).
+    habits = {r["memory"]["content"] for r in whole["results"]} & set(NIGHT_HABITS)
+    assert len(habits) >= 4
+    # Without the collapse the first five are copies: the vector list held nothing else.
+    assert {r["memory"]["content"] for r in shallow["results"]} == {DARK_MODE}
+
+    contents = [r["memory"]["content"] for r in answer["results"]]
+    assert len(contents) == 5
+    assert contents.count(DARK_MODE) == 1
+    assert set(contents) - {DARK_MODE} <= habits

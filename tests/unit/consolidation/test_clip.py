@@ -14,6 +14,7 @@ FLAGS = "\U0001f1e9\U0001f1ea\U0001f1eb\U0001f1f7\U0001f1ee\U0001f1f9"  # DE FR 
 RESUME = unicodedata.normalize("NFD", "r\u00e9sum\u00e9")  # e + combining acute
 KSHATRIYA = "\u0915\u094d\u0937\u0924\u094d\u0930\u093f\u092f"  # a Devanagari conjunct word
 THUMBS = "\U0001f44d\U0001f3fd"  # with a skin tone
+HANGUL = "\u1112\u1161\u11ab\u1100\u1173\u11af"  # 한글 as its six letters (NFD)
 
 
 @pytest.mark.parametrize(("text", "limit", "clipped"), [
@@ -23,6 +24,7 @@ THUMBS = "\U0001f44d\U0001f3fd"  # with a skin tone
     (KSHATRIYA * 3, 6, KSHATRIYA[:3] + "\u2026"),  # the conjunct whole, no dangling virama
     (FLAGS, 4, FLAGS[:2] + "\u2026"),  # one flag, not one and a half
     (THUMBS * 4, 4, THUMBS + "\u2026"),
+    (HANGUL * 30, 5, HANGUL[:3] + "\u2026"),  # a re-probe: "한" and a dangling letter
     # Unchanged: plain text, and a cut at a word boundary.
     ("hello world again", 10, "hello wor\u2026"),
     ("one two three four five", 15, "one two three\u2026"),
@@ -39,6 +41,7 @@ def test_one_character_longer_than_the_limit_is_still_cut() -> None:
 
 
 @pytest.mark.parametrize("text", [FAMILY * 3, RESUME * 3, KSHATRIYA * 3, FLAGS, THUMBS * 3,
+                                  HANGUL * 3,
                                   "plain words here", "mixed " + FAMILY + " and " + FLAGS])
 def test_every_boundary_is_at_most_the_place_asked_and_idempotent(text: str) -> None:
     for end in range(len(text) + 1):

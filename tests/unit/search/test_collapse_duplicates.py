@@ -32,6 +32,9 @@ def test_the_best_copy_stands_for_its_set_and_the_next_distinct_one_fills_in() -
         make_candidate(7, score=0.3), top_k=3,
     )
     assert _collapsed(ctx) == [1, 6, 4]
+    # It says how many it left out (the service retrieves deeper when that leaves the
+    # answer short): 2 and 3, copies of 1; 5 was never read.
+    assert CollapseDuplicates(key=_text)(ctx).collapsed == 2
     # Without the stage the copies take the places.
     assert order(CutToTopK()(ctx)) == [1, 2, 3]
 

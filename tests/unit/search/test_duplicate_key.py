@@ -1,5 +1,5 @@
 """What makes two retrieved memories one result: the same text as a reader sees it, in the
-same owner's hands (app/search/duplicate_key.py)."""
+same owner's hands and category (app/search/duplicate_key.py)."""
 
 from __future__ import annotations
 
@@ -32,13 +32,17 @@ def _candidate(content: str, fact_role: str = "fact", **scope: str | None) -> Ca
     "the user prefers dark mode",
     "  The user   prefers\tdark mode!  ",
     "\"The user prefers dark mode.\"",
-    # Full-width letters and the ideographic full stop.
-    "".join(chr(ord(ch) + 0xFEE0) if ch != " " else " " for ch in "The user prefers dark mode")
-    + "\u3002",
+    "The user prefers dark mode\u3002",  # the ideographic full stop
+    "The\u00a0user prefers dark mode.",  # a no-break space
 ])
-def test_case_blanks_surrounding_punctuation_and_width_do_not_count(copy: str) -> None:
+def test_case_blanks_and_the_marks_ending_a_sentence_do_not_count(copy: str) -> None:
     assert duplicate_key(_candidate(copy)) == duplicate_key(
         _candidate("The user prefers dark mode."))
+
+
+def test_composed_and_decomposed_accents_are_one_text() -> None:
+    assert duplicate_key(_candidate("Zo\u00eb lives in Besan\u00e7on.")) == duplicate_key(
+        _candidate("Zoe\u0308 lives in Besanc\u0327on"))
 
 
 @pytest.mark.parametrize("other", [
@@ -52,9 +56,34 @@ def test_any_other_character_keeps_a_memory_apart(other: str) -> None:
         _candidate("The user prefers dark mode."))
 
 
+@pytest.mark.parametrize(("one", "other"), [
+    # A re-probe: each pair was one result while the punctuation around a text and
+    # Unicode's compatibility forms did not count.
+    ("Blood type: O+", "Blood type: O-"),
+    ("My grade was A+", "My grade was A"),
+    ("I love C++", "I love C"),
+    ("I use C#", "I use C"),
+    ("Discount is 20%", "Discount is 20"),
+    ("-5\u00b0C in Oslo today", "5\u00b0C in Oslo today"),
+    ("Rating: 5*", "Rating: 5"),
+    ("Path is /usr/", "Path is /usr"),
+    ("Budget is 10\u2076 dollars", "Budget is 106 dollars"),
+    ("x = 2\u00b2", "x = 22"),
+    (":)", ":("),
+    ("Ma\u00dfe 10", "Masse 10"),
+    ("(see notes)", "see notes"),
+])
+def test_signs_brackets_and_symbols_keep_texts_apart(one: str, other: str) -> None:
+    assert duplicate_key(_candidate(one)) != duplicate_key(_candidate(other))
+
+
+def test_a_text_of_marks_alone_is_compared_whole() -> None:
+    assert normalized_text("...") == "..."
+    assert duplicate_key(_candidate("...")) != duplicate_key(_candidate("!!!"))
+
+
 def test_inner_punctuation_stays() -> None:
     assert normalized_text("Version 3.5, don't.") == "version 3.5, don't"
-    assert normalized_text("...") == ""
 
 
 def test_the_session_does_not_count_but_the_owner_does() -> None:
@@ -63,6 +92,14 @@ def test_the_session_does_not_count_but_the_owner_does() -> None:
     assert duplicate_key(_candidate("Likes tea.", session_id=None)) == fact
     for owner in ({"user_id": "v"}, {"agent_id": None}, {"namespace": "m"}):
         assert duplicate_key(_candidate("Likes tea.", **owner)) != fact
+
+
+def test_the_category_counts() -> None:
+    """A re-probe: "Paid 50 dollars." for the rent and for the gym are two payments."""
+    assert duplicate_key(_candidate("Paid 50 dollars.", category="rent")) != duplicate_key(
+        _candidate("Paid 50 dollars.", category="gym"))
+    assert duplicate_key(_candidate("Paid 50 dollars.", category="rent")) == duplicate_key(
+        _candidate("paid 50 dollars", category="rent"))
 
 
 def test_a_summary_is_never_a_fact_s_duplicate() -> None:

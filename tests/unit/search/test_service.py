@@ -13,6 +13,7 @@ import pytest
 
 from app.errors import ProviderError
 from app.memories.repository import ANSWER_KEYS
+from app.search.config import build_pipeline
 from app.search.pipeline import PipelineConfig, SearchPipeline
 from app.search.repository import (
     RetrievalLimits,
@@ -22,6 +23,7 @@ from app.search.repository import (
 )
 from app.search.schemas import SearchRequest
 from app.search.service import SearchService
+from app.settings import Settings
 from tests.unit.search.builders import NOW
 
 DIM = 4
@@ -184,3 +186,59 @@ async def test_a_filter_term_stats_does_not_count_makes_the_scope_counted(
     [filters, _] = repository.filters
     assert filters.metadata is None or filters.metadata
     assert (filters.uncounted(), filters.narrows()) == (uncounted, uncounted)
+
+
+class CopiesFirst(Repository):
+    """A vector list of `copies` copies of one memory at the first depth; deeper, the
+    distinct memories past them too."""
+
+    def __init__(self, copies: int, distinct: int) -> None:
+        super().__init__()
+        self.text_gate.set()
+        self.copies, self.distinct = copies, distinct
+        self.depths: list[int] = []
+
+    async def candidates(self, text: TextMatches, query_vector: Sequence[float],
+                         filters: SearchFilter, limits: RetrievalLimits,
+                         top_k: int = 0) -> list[RetrievedRow]:
+        self.depths.append(top_k)
+        depth = max(top_k, limits.vector_candidates)
+        rows = [copy_row(n) for n in range(1, self.copies + 1)]
+        rows += [row(1000 + n, vector_rank=self.copies + n, text_rank=None)
+                 for n in range(1, self.distinct + 1)]
+        return rows[:depth]
+
+
+def copy_row(n: int) -> RetrievedRow:
+    copy = row(n, vector_rank=n, text_rank=None)
+    columns = dict(zip(ANSWER_KEYS, copy.columns, strict=True))
+    columns["content"] = "The user prefers dark mode."
+    return copy._replace(columns=tuple(columns[key] for key in ANSWER_KEYS))
+
+
+def collapsing(repository: Repository) -> SearchService:
+    return SearchService(repository=repository, embedder=Embedder(repository),
+                         pipeline=build_pipeline(Settings(embedder="hash")),
+                         limits=RetrievalLimits(vector_candidates=20, hnsw_candidates=20))
+
+
+async def test_copies_filling_the_vector_list_make_the_search_retrieve_deeper_once() -> None:
+    repository = CopiesFirst(copies=20, distinct=30)
+    answer = await collapsing(repository).search(SearchRequest(query="theme?", top_k=10))
+    assert repository.depths == [10, 100]
+    ids = [r.memory.id.int for r in answer.results]
+    assert len(ids) == 10
+    assert sum(i <= 20 for i in ids) == 1
+
+
+@pytest.mark.parametrize(("copies", "distinct", "top_k"), [
+    (5, 30, 10),  # the answer filled at the first depth
+    (12, 3, 10),  # the vector list came back short of its depth: the scope holds no more
+    (0, 30, 10),  # nothing collapsed
+])
+async def test_no_deeper_retrieval_when_it_cannot_add_a_result(
+    copies: int, distinct: int, top_k: int,
+) -> None:
+    repository = CopiesFirst(copies=copies, distinct=distinct)
+    await collapsing(repository).search(SearchRequest(query="theme?", top_k=top_k))
+    assert repository.depths == [top_k]
