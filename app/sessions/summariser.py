@@ -42,6 +42,7 @@ class Summariser(Protocol):
         `max_chars` characters."""
 
 
+LINE_CHARS = 200
 _BULLET = re.compile(r"^- (?:" + "|".join(ROLES) + "): ")
 """The "- role: " an extractive summary line starts with, which is not part of its text."""
 
@@ -60,6 +61,11 @@ class ExtractiveSummariser:
         # a turn's own U+2028, NEL or form feed, and the pieces lost their "- role: "
         # (an exploratory probe).
         lines = summary.split("\n") if summary else []
+        # One turn's line takes at most a quarter of the summary: a 6,000-character turn
+        # clipped to the whole allowance left room for nothing older, and the fold after
+        # it dropped that line too, so the summary lost every fact told before it (a
+        # re-probe). A small allowance still holds a whole short line.
+        line_chars = max(max_chars // 4, min(max_chars, LINE_CHARS))
         seen = {normalise_sentence(s) for line in lines
                 for s in split_sentences(_BULLET.sub("", line))}
         for turn in turns:
@@ -68,7 +74,7 @@ class ExtractiveSummariser:
             fresh = [s for s in kept if normalise_sentence(s) not in seen]
             seen.update(normalise_sentence(s) for s in fresh)
             if fresh:
-                lines.append(clip(f"- {turn.role}: {' '.join(fresh)}", max_chars))
+                lines.append(clip(f"- {turn.role}: {' '.join(fresh)}", line_chars))
         # The newest lines that fit: an old line leaves before a new one is refused.
         kept_lines: list[str] = []
         size = 0

@@ -513,6 +513,21 @@ async def test_extractive_keeps_a_line_whole_across_folds_whatever_its_separator
     assert second.split("\n") == [f"- user: {text}", "- assistant: Frank is 40."]
 
 
+async def test_extractive_gives_one_long_turn_a_quarter_and_keeps_what_came_before() -> None:
+    """A re-probe: a 6,000-character turn was clipped to the whole allowance, and the
+    summary lost every fact told before it."""
+    summariser = ExtractiveSummariser()
+    priya = turn(1, "My name is Priya and I live in Oslo since 2019.")
+    first = await summariser.fold(None, [priya, turn(2, "会议记录" * 1500)], 1000)
+    second = await summariser.fold(first, [turn(3, "Zoe\u0308 " * 1750, role="assistant")],
+                                   1000)
+    lines = second.split("\n")
+    assert lines[0] == "- user: My name is Priya and I live in Oslo since 2019."
+    assert len(lines) == 3
+    assert all(200 < len(line) <= 250 for line in lines[1:])  # a quarter, to a word
+    assert lines[2].startswith("- assistant: Zo")
+
+
 async def test_extractive_drops_the_oldest_lines_when_full() -> None:
     turns = [turn(i, f"Order {i} costs {i}0 euros.") for i in range(1, 6)]
     line = "- user: Order 1 costs 10 euros."  # every line is this long
