@@ -8,11 +8,12 @@ whoever builds the pipeline: the pipeline does not look inside a candidate's pay
 earlier one already has, so the first of a set (the best score; on a tie the newest)
 stands for it, and the cut then takes the next distinct memory in the dropped one's place.
 
-Keys are computed only until `top_k` distinct candidates are found, and only those are
-passed on: the rest come after them in the cut's own order, so none of them could make
-it (and the cut then orders `top_k` candidates, not every one retrieved). The context
-says how many copies were left out (`collapsed`): when that leaves fewer than `top_k`,
-the service retrieves deeper (app/search/service.py).
+Keys are computed only until `top_k` distinct candidates are found (with `explain`, for
+every candidate, so each result names all its copies), and only those are passed on: the
+rest come after them in the cut's own order, so none of them could make it (and the cut
+then orders `top_k` candidates, not every one retrieved). The context says how many
+copies were left out (`collapsed`): when that leaves fewer than `top_k`, the service
+retrieves deeper (app/search/service.py).
 """
 
 from __future__ import annotations
@@ -42,9 +43,11 @@ class CollapseDuplicates:
         kept: list[Candidate] = []
         first_of: dict[Hashable, int] = {}
         dropped: dict[int, list[Candidate]] = {}
+        read = 0
         for c in ordered:
             if len(kept) == ctx.top_k:
                 break
+            read += 1
             key = self.key(c)
             place = first_of.get(key)
             if place is None:
@@ -52,10 +55,16 @@ class CollapseDuplicates:
                 kept.append(c)
             else:
                 dropped.setdefault(place, []).append(c)
+        collapsed = sum(len(copies) for copies in dropped.values())
         if ctx.explain:
+            # Named in full, the copies past the cut too: explaining is worth reading every
+            # candidate (without it one memory with 79 copies said 0 at top_k 1 and 79 at 5).
+            for c in ordered[read:]:
+                place = first_of.get(self.key(c))
+                if place is not None:
+                    dropped.setdefault(place, []).append(c)
             kept = [self._explained(c, dropped.get(i, [])) for i, c in enumerate(kept)]
-        return replace(ctx, candidates=tuple(kept),
-                       collapsed=sum(len(copies) for copies in dropped.values()))
+        return replace(ctx, candidates=tuple(kept), collapsed=collapsed)
 
     def _explained(self, c: Candidate, copies: list[Candidate]) -> Candidate:
         return c.rescored(c.score, self.name, {

@@ -87,11 +87,21 @@ def test_keys_are_read_only_until_top_k_distinct_are_found() -> None:
         asked.append(c.memory_id.int)
         return _text(c)
 
-    ctx = make_context(*(make_candidate(n, score=1 - n / 100) for n in range(1, 41)), top_k=3)
+    ctx = make_context(*(make_candidate(n, score=1 - n / 100) for n in range(1, 41)), top_k=3,
+                       explain=False)
     collapsed = CollapseDuplicates(key=key)(ctx)
     # 1 stands for 2 and 3; 4 for 5: the third distinct is 6, and nothing past it is read.
     assert order(collapsed) == order(CutToTopK()(collapsed)) == [1, 4, 6]
     assert asked == [1, 2, 3, 4, 5, 6]
+
+
+def test_explain_names_every_copy_whatever_top_k() -> None:
+    """A re-probe: one memory's copies past the cut went unnamed, so it said 0 copies at
+    top_k 1 and all of them at top_k 5."""
+    ctx = make_context(make_candidate(1, score=0.9), make_candidate(6, score=0.8),
+                       make_candidate(2, score=0.7), make_candidate(3, score=0.6), top_k=1)
+    (tea,) = CollapseDuplicates(key=_text)(ctx).candidates
+    assert tea.explanation["collapse_duplicates"]["duplicates"] == 2
 
 
 @pytest.mark.parametrize("top_k", [1, 2, 5, 10])
