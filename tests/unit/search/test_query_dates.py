@@ -57,3 +57,10 @@ def test_query_dates(text: str, days: tuple[date, ...]) -> None:
 def test_the_query_analysis_carries_the_days() -> None:
     assert analyze_query("What did Tom say on 8 May 2023?").dates == (MAY_8,)
     assert analyze_query("What did Tom say?").dates == ()
+
+
+def test_the_query_analysis_reads_a_full_width_date() -> None:
+    """A re-probe: a date typed through a CJK input method, digits and letters full-width,
+    was no date."""
+    wide = "".join(chr(ord(ch) + 0xFEE0) if ch != " " else " " for ch in "8 May 2023")
+    assert analyze_query(f"What did Tom say on {wide}?").dates == (MAY_8,)
