@@ -48,6 +48,20 @@ if TYPE_CHECKING:
 log = logging.getLogger("engram.worker")
 
 
+# How long a cancelled run may take to unwind before its connection is cut from under it,
+# and again after.
+CANCELLED_SECONDS = 2.0
+
+
+async def _ended(task: asyncio.Task[None], seconds: float) -> bool:
+    """Whether `task` ended within `seconds` (it is not cancelled for running longer); its
+    outcome, an error or a cancel included, is taken, so none is reported as lost."""
+    done, _ = await asyncio.wait({task}, timeout=seconds)
+    if done and not task.cancelled():
+        task.exception()
+    return bool(done)
+
+
 class Worker:
     def __init__(
         self,
@@ -197,15 +211,24 @@ class Worker:
         self._stopping.set()
         if self._manager is not None:
             self._manager.shutdown.set()
-        if self._task is not None:
-            try:
-                await asyncio.wait_for(asyncio.shield(self._task), grace_seconds)
-            except TimeoutError:
-                self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        task = self._task
+        if task is not None and not await _ended(task, grace_seconds):
+            task.cancel()
+            # The cancelled run still writes its jobs' last statuses and heartbeats
+            # (shielded); on a server that stopped answering they wait for the statement
+            # timeout, and stop() with them: a service with its backends frozen did not
+            # stop within 40 s. Past a bound the connection goes, failing them at once.
+            if not await _ended(task, CANCELLED_SECONDS):
+                self._terminate_connection()
+                if not await _ended(task, CANCELLED_SECONDS):
+                    log.warning("worker (%s lane) still busy %.0f s after its cancel; left",
+                                self.lane, 2 * CANCELLED_SECONDS)
         await self._close_connection()
         self._task = None
+
+    def _terminate_connection(self) -> None:
+        if self._connection is not None:
+            self._connection.terminate()
 
     @property
     def running(self) -> bool:

@@ -960,8 +960,14 @@ async def wait_for_a_write_waiting(conn: asyncpg.Connection, service: Service,
 
 async def exit_status(service: Service, seconds: float) -> int:
     """The process's exit status, waiting at most `seconds` (it was sent SIGTERM once: a
-    second would make uvicorn skip the shutdown)."""
-    return await asyncio.to_thread(service.process.wait, seconds)
+    second would make uvicorn skip the shutdown). Past them the test fails with the
+    service's log, which says where its shutdown stood (a CI failure had only the
+    timeout to show)."""
+    try:
+        return await asyncio.to_thread(service.process.wait, seconds)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"the service did not exit within {seconds:g} s:\n"
+                             f"{service.log}") from None
 
 
 @asynccontextmanager

@@ -26,8 +26,8 @@ from app.worker import lifecycle
 from app.worker.jobs import default_registry, recover
 from app.worker.queue import QUEUE_SCHEMA, enqueue, queue_queries
 from app.worker.registry import MAIN_LANE, Handler, JobContext, JobRegistry, RetryLater
-from app.worker.runner import Worker
-from tests.conftest import sample
+from app.worker.runner import CANCELLED_SECONDS, Worker
+from tests.conftest import backends_frozen, sample
 
 
 def runs(job: str) -> dict[str, float]:
@@ -421,3 +421,42 @@ async def test_a_statement_hanging_past_its_timeout_makes_the_worker_connect_aga
     finally:
         await worker.stop()
     assert "lost its connection (no answer to a statement within 0.5 s)" in caplog.text
+
+
+async def test_a_worker_whose_server_stopped_answering_mid_job_still_stops(
+    resources: Resources,
+) -> None:
+    """A flaky process test (a service stopping with every backend frozen, seen once in
+    CI): a job running when the server stopped answering is cancelled at the grace, and
+    the cancelled run then writes the job's "canceled" status and its last heartbeats,
+    shielded, on a connection no answer ever reaches; stop() waited for that for the
+    statement timeout (30.5 s here before). Now the connection goes after a short bound."""
+    started = asyncio.Event()
+
+    async def slow(context: JobContext, payload: Mapping[str, Any]) -> None:
+        started.set()
+        await asyncio.sleep(60)
+
+    registry = JobRegistry()
+    registry.register("test.frozen_mid_job", slow, max_attempts=1)
+    worker = Worker(resources, registry, lane="frozen", poll_interval=timedelta(seconds=1))
+    await worker.start()
+    await connected(resources, worker)
+    await queue_one(resources, "test.frozen_mid_job")
+    await asyncio.wait_for(started.wait(), 15)
+    async with resources.engine.connect() as conn:
+        pids = list((await conn.execute(text(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = :name"),
+            {"name": worker.application_name})).scalars())
+    assert pids
+    with backends_frozen(pids):
+        began = asyncio.get_running_loop().time()
+        await asyncio.wait_for(worker.stop(grace_seconds=0.5), 45)
+        took = asyncio.get_running_loop().time() - began
+
+    # The grace, the cancelled run's bound, the connection's close.
+    assert took < 0.5 + 2 * CANCELLED_SECONDS + 3, took
+    assert not worker.running
+    async with resources.engine.begin() as conn:
+        await conn.execute(text(f"DELETE FROM {QUEUE_SCHEMA}.pgqueuer "
+                                "WHERE entrypoint = 'test.frozen_mid_job'"))
