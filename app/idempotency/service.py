@@ -93,10 +93,12 @@ class IdempotencyService:
         """Whether this request, under `key`, would be answered from the key's record:
         work `run`'s `produce` would not repeat must not be done before it either."""
         record = await self.repository.get(key)
-        return (self._live(record)
-                and record.operation == operation
-                and record.request_hash == request_hash(operation, body)
-                and record.status_code is not None and record.response_body is not None)
+        try:
+            return self.replay(key, record, operation, request_hash(operation, body)) \
+                is not None
+        except Conflict:
+            # Another request's key: `run` says so, after what the request does first.
+            return False
 
     async def run(
         self,
