@@ -423,11 +423,17 @@ class GroupWriter:
         of memories an archive run then folds is one: left live, it would be served beside
         the archive's summary of the same memories. A summary that still stands for an
         active memory, or for one the memory cap archived, stays, and so does the one the
-        group keeps (`kept`: the selector chose it to stay). Without `lock`, for a dry
-        run's preview."""
+        group keeps (`kept`: the selector chose it to stay). A summary of such a summary
+        (an automatic run's with include_summaries) is one in turn, so the search goes up
+        a level at a time until a level finds none; each level is locked after the one it
+        stands on, as a delete of a source locks the summaries above it. Without `lock`,
+        for a dry run's preview."""
         statement = SUPERSEDED_SUMMARIES if lock else SUPERSEDED_SUMMARIES_UNLOCKED
-        return list(await self.connection.fetchval(statement, self.tenant_id, list(ids),
-                                                   kept))
+        superseded: list[uuid.UUID] = []
+        while level := list(await self.connection.fetchval(
+                statement, self.tenant_id, [*ids, *superseded], kept)):
+            superseded += level
+        return superseded
 
     async def insert_summary(self, values: Mapping[str, Any], *, folding: bool = False
                              ) -> None:

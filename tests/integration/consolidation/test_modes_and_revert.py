@@ -518,3 +518,36 @@ async def test_runs_are_listed_by_status_trigger_and_the_scope_they_named(
         resp = await client.get("/v1/consolidations", params=params)
         assert resp.status_code == 422, resp.text
         assert [e["field"] for e in resp.json()["errors"]] == [field]
+
+
+async def test_an_archive_run_folds_a_live_summary_of_a_summary_it_folds(
+    client: httpx.AsyncClient,
+) -> None:
+    """Two synthesize_only runs, as automatic runs are, the second with
+    include_summaries: S1 stands for A, B and C, S2 for S1 and the memories after them.
+    An archive run over all the facts folded S1 but left S2 live: it looked for
+    summaries of what it archived one level down only, and S2 was served beside the
+    run's own summary of the same memories."""
+    ids = await seed(client, [memory(f"gym note {i}", i) for i in range(4)])
+    s1 = (await consolidate(client, user_id="u1", mode="synthesize_only"))["groups"][0]
+    ids += await seed(client, [memory("gym note 4", 4),
+                               memory("gym note 5", 5, importance=1.0)])
+    s2 = (await consolidate(client, user_id="u1", mode="synthesize_only",
+                            include_summaries=True))["groups"][0]
+    assert s1["summary_id"] in s2["folded_ids"]
+    assert (await get_memory(client, s1["summary_id"]))["archived_at"] is None
+    dry = await consolidate(client, user_id="u1", mode="archive", dry_run=True)
+
+    run = await consolidate(client, user_id="u1", mode="archive")
+
+    (group,) = run["groups"]
+    folded = {*ids[:5], s1["summary_id"], s2["summary_id"]}
+    assert set(group["removed_ids"]) == set(dry["groups"][0]["removed_ids"]) == folded
+    assert [s["id"] for s in await summaries(client, user_id="u1")] == [group["summary_id"]]
+    assert await active_ids(client, user_id="u1") == {ids[5], group["summary_id"]}
+
+    resp = await client.post(f"/v1/consolidations/{run['id']}/revert")
+
+    assert resp.status_code == 200, resp.text
+    assert await active_ids(client, user_id="u1") == {*ids, s1["summary_id"],
+                                                      s2["summary_id"]}
