@@ -12,7 +12,14 @@ rather than drop one that mattered.
 
 import re
 
-_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|\n+")
+# The ideographic and full-width marks end a sentence with no blank after them (Chinese,
+# Japanese), after the closing quote or bracket that may follow them; a Latin mark needs
+# a blank after it, so a decimal point or "e.g." mid-word is no break.
+_CJK_END = "\u3002\uff01\uff1f\uff0e"  # ideographic full stop; full-width ! ? .
+_CJK_CLOSE = "\u300d\u300f\uff09\u3015\u3011\u201d\u2019\"'"  # corner, paren, quotes
+_SENTENCE_BREAK = re.compile(
+    rf"(?<=[.!?])\s+|(?<=[{_CJK_END}])(?![{_CJK_CLOSE}])\s*"
+    rf"|(?<=[{_CJK_END}][{_CJK_CLOSE}])\s*|\n+")
 _DIGIT_OR_AT = re.compile(r"[\d@]")
 _TOKEN = re.compile(r"\w+(?:['\u2019.:@/-]\w+)*")
 
@@ -56,9 +63,20 @@ def fact_tokens(sentence: str) -> tuple[int, int]:
 
 
 def carries_fact(sentence: str) -> bool:
+    """Whether to keep `sentence` in an extractive summary. A word written in a script
+    without capitals (Chinese, Japanese, Korean, Arabic, Hebrew, Thai, Devanagari, ...)
+    cannot show a name by its case, so, leaning towards "fact", it counts as one: before,
+    such a memory kept only its first sentence."""
     if _DIGIT_OR_AT.search(sentence):
         return True  # the common case, without tokenising
-    return any(_is_fact_token(token, i == 0) for i, token in enumerate(_TOKEN.findall(sentence)))
+    return any(_is_fact_token(token, i == 0) or _caseless(token)
+               for i, token in enumerate(_TOKEN.findall(sentence)))
+
+
+def _caseless(token: str) -> bool:
+    """A word with letters, none of which has an upper or lower case."""
+    return not any(ch.isupper() or ch.islower() for ch in token) and any(
+        ch.isalpha() for ch in token)
 
 
 def _is_fact_token(token: str, first: bool) -> bool:

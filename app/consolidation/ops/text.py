@@ -11,9 +11,15 @@ _REASONING = re.compile(r"\A\s*<(think|thinking|reasoning)>.*?(?:</\1\s*>|\Z)",
                         re.DOTALL | re.IGNORECASE)
 
 
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
 def bullet(text: str) -> str:
-    """A markdown bullet; continuation lines are indented so the list stays a list."""
-    lines = [line.rstrip() for line in text.strip().splitlines() if line.strip()]
+    """A markdown bullet; continuation lines are indented so the list stays a list. Lines
+    end at CR and LF only: str.splitlines() also breaks at U+2028, NEL, VT and FF, which
+    text may hold mid-sentence and which a summary's line-based readers do not end a line
+    at, so a memory's text came back cut into indented pieces."""
+    lines = [line.rstrip() for line in _LINE_END.split(text.strip()) if line.strip()]
     return "- " + "\n  ".join(lines)
 
 

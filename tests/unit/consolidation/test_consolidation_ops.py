@@ -62,6 +62,16 @@ async def test_concatenate_is_a_bullet_list_oldest_first() -> None:
     assert result.mode == "concatenate"
 
 
+async def test_concatenate_ends_lines_at_cr_and_lf_only() -> None:
+    """A probe: a memory's own U+2028, NEL or form feed cut its bullet into indented
+    pieces, as str.splitlines() breaks there."""
+    odd = entry(5, "one\u2028two\x85three\x0cfour\r\nfive\rsix")
+
+    result = await Concatenate().consolidate([odd], "travel", OFFLINE)
+
+    assert result.summary == "- one\u2028two\x85three\x0cfour\n  five\n  six"
+
+
 async def test_concatenate_cuts_at_entry_boundaries_and_represents_only_whole_entries() -> None:
     # Room for ALICE and ALICE_AGAIN (first fit), not for TEA or BOB.
     limit = (
@@ -117,6 +127,37 @@ def test_sentences_split_on_ends_and_lines_but_not_decimals() -> None:
         "yes",
         "new line",
     ]
+
+
+def test_sentences_end_at_ideographic_marks_with_no_blank_after_them() -> None:
+    """A probe of non-English text: "。" was no break, so a Chinese memory was one
+    sentence, and the extractive op kept all of it or, with no fact in it, nothing."""
+    bang, question, colon, stop = "\uff01", "\uff1f", "\uff1a", "\uff0e"  # full-width
+    assert split_sentences(f"我明天去北京。他很高兴{bang}你呢{question}") == [
+        "我明天去北京。", f"他很高兴{bang}", f"你呢{question}"]
+    # The closing quote stays with its sentence; a Latin mark still needs a blank.
+    assert split_sentences(f"他说{colon}「我明天去。」然后走了。") == [
+        f"他说{colon}「我明天去。」", "然后走了。"]
+    assert split_sentences(f"東京に住んでいます。 猫が二匹います{stop}v1.2 ok") == [
+        "東京に住んでいます。", f"猫が二匹います{stop}", "v1.2 ok"]
+
+
+def test_a_sentence_in_a_script_without_capitals_counts_as_a_fact() -> None:
+    # Its names cannot show by their case, so it leans towards "fact", as the rest does.
+    assert carries_fact("他很高兴。")
+    assert carries_fact("안녕하세요 반가워요")
+    assert carries_fact("مرحبا بك")
+    assert not carries_fact("the cat sat on the mat")  # a cased script is still read
+    assert not carries_fact("... !!")
+
+
+async def test_extractive_keeps_each_sentence_of_a_text_without_capitals() -> None:
+    chinese = entry(5, "我住在北京。我有两只猫。我喜欢喝茶。")
+
+    result = await Extractive().consolidate([chinese, TEA], "travel", OFFLINE)
+
+    assert result.summary == ("- The user likes green tea.\n"
+                              "- 我住在北京。 我有两只猫。 我喜欢喝茶。")
 
 
 def test_fact_density_counts_fact_tokens_per_token() -> None:
