@@ -21,6 +21,7 @@ import httpx
 
 from app.errors import ProviderError
 from app.providers.answer_preview import answer_preview
+from app.providers.endpoint_url import endpoint_url
 from app.providers.retry_after import retry_after_seconds
 from app.service.metrics import LLM_CALLS, LLM_SECONDS
 from app.service.request_id import outgoing
@@ -29,6 +30,8 @@ from app.settings import Settings
 log = logging.getLogger("engram.llm")
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+INCOMPLETE = frozenset({"length", "content_filter"})
+"""The `finish_reason`s of an answer that is not the whole of one."""
 MAX_ANSWER_BYTES = 2**20
 """A completion is read no further: a summary is at most 32,768 characters, ~200 KB as
 JSON at worst, and an answer of tens of MB held the event loop for over a second."""
@@ -51,7 +54,8 @@ class LLMError(ProviderError):
     """The LLM failed, timed out or answered something that is not a completion.
 
     `code` is stable: llm_timeout, llm_connection_error, llm_http_error,
-    llm_bad_response (and llm_not_configured, raised by callers with no client).
+    llm_bad_response, llm_incomplete (and llm_not_configured, raised by callers with no
+    client).
     """
 
     code = "llm_error"
@@ -105,7 +109,7 @@ class ChatCompletionsClient:
         # abstractive op was 128 calls at once): this bounds what the provider sees.
         self._in_flight = asyncio.Semaphore(max_in_flight)
         self.model = model
-        self._url = base_url.rstrip("/") + "/chat/completions"
+        self._url = endpoint_url(base_url, "chat/completions")
         self._timeout = timeout
         self._max_retries = max_retries
         self._backoff_base = backoff_base
@@ -259,16 +263,26 @@ def _parse_completion(raw: bytes) -> str | LLMError:
     message = choices[0].get("message")
     if not isinstance(message, dict):
         return _bad("the LLM answer's first choice has no message")
+    finish = choices[0].get("finish_reason")
+    if finish in INCOMPLETE:
+        # A summary cut off by the model's token limit, or blanked by a filter, read as
+        # whole: a consolidation archived the memories it no longer held (an exploratory
+        # probe). An error instead, so the op falls back and the fold is tried again.
+        return LLMError(f"the LLM's answer is incomplete (finish_reason {finish!r})",
+                        code="llm_incomplete", status=502)
     content = message.get("content")
     if content is None:
         return ""  # a refusal or tool call: no text, which callers treat as empty
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        # Some servers answer content parts: [{"type": "text", "text": "..."}].
-        parts = [p.get("text") for p in content if isinstance(p, dict)]
-        if all(isinstance(p, str) for p in parts):
-            return "".join(p for p in parts if isinstance(p, str))
+        # Some servers answer content parts: [{"type": "text", "text": "..."}], and a
+        # reasoning model (Mistral's Magistral) its thinking as parts of another type.
+        parts = [p for p in content if isinstance(p, dict)
+                 and p.get("type", "text") == "text"]
+        texts = [p.get("text") for p in parts]
+        if all(isinstance(t, str) for t in texts):
+            return "".join(t for t in texts if isinstance(t, str))
     return _bad("the LLM answer's message content is not text")
 
 

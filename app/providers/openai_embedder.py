@@ -1,7 +1,8 @@
 """An embedder for any OpenAI-compatible `/embeddings` endpoint, over httpx.
 
 Timeouts, 429 and 5xx answers are retried a bounded number of times with backoff;
-what still fails becomes a provider error with a stable code, never a bare 500.
+what still fails becomes a provider error with a stable code, never a bare 500. Each
+attempt is bounded end to end by `timeout`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import httpx
 from app.errors import ProviderError
 from app.providers.answer_preview import answer_preview
 from app.providers.embedder import Vector
+from app.providers.endpoint_url import endpoint_url
 from app.providers.retry_after import retry_after_seconds
 from app.service.metrics import EMBEDDING_CALLS, EMBEDDING_SECONDS
 from app.service.request_id import outgoing
@@ -67,11 +69,14 @@ class OpenAIEmbedder:
         self._max_retries = max_retries
         self._batch_size = batch_size
         self._backoff_base = backoff_base
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._timeout = timeout
+        self._url = endpoint_url(base_url, "embeddings")
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._api_key = api_key
-        self._client = client or httpx.AsyncClient(
-            base_url=base_url.rstrip("/") + "/", headers=headers, timeout=timeout
-        )
+        # `dimensions` and `encoding_format` are sent until the endpoint refuses them
+        # and answers without them (see _embed_chunk).
+        self._options = True
+        self._client = client or httpx.AsyncClient(timeout=timeout)
 
     async def probe(self) -> None:
         """One text embedded at the service's start: a wrong URL, key, model or dimension
@@ -83,7 +88,7 @@ class OpenAIEmbedder:
         except EmbeddingError as exc:
             log.warning("the embeddings endpoint %s failed a probe at start (%s: %s); "
                         "writes and searches answer %d until it answers",
-                        self._client.base_url, exc.code, exc.detail, exc.status)
+                        self._url, exc.code, exc.detail, exc.status)
 
     async def embed(self, texts: Sequence[str]) -> list[Vector]:
         out: list[Vector] = []
@@ -96,19 +101,34 @@ class OpenAIEmbedder:
         (vector,) = await self._embed_chunk([text])
         return vector
 
-    async def _embed_chunk(self, texts: list[str]) -> list[Vector]:
-        payload = {"model": self._model, "input": texts, "dimensions": self.dimensions,
-                   "encoding_format": "float"}
+    def _payload(self, texts: list[str], options: bool) -> dict[str, Any]:
+        payload: dict[str, Any] = {"model": self._model, "input": texts}
+        if options:
+            payload |= {"dimensions": self.dimensions, "encoding_format": "float"}
+        return payload
+
+    async def _post(self, payload: dict[str, Any]) -> httpx.Response:
+        # httpx's timeout is per read: a server trickling its answer a byte at a time
+        # held a write for ever, and 64 of them made the service answer 503 to everyone
+        # (an exploratory probe).
+        async with asyncio.timeout(self._timeout):
+            return await self._client.post(self._url, json=payload,
+                                           headers={**self._headers, **outgoing()})
+
+    async def _embed_chunk(self, texts: list[str], options: bool | None = None
+                           ) -> list[Vector]:
+        options = self._options if options is None else options
+        payload = self._payload(texts, options)
         attempt = 0
         while True:
             retry_after: float | None = None
             started = time.perf_counter()
             try:
-                response = await self._client.post("embeddings", json=payload, headers=outgoing())
-            except httpx.TimeoutException as exc:
+                response = await self._post(payload)
+            except (TimeoutError, httpx.TimeoutException) as exc:
                 error = EmbeddingError(
-                    f"the embeddings API did not answer in time ({exc.__class__.__name__})",
-                    code="embedding_timeout", status=504)
+                    f"the embeddings API did not answer within {self._timeout:g}s "
+                    f"({exc.__class__.__name__})", code="embedding_timeout", status=504)
             except httpx.TransportError as exc:
                 error = EmbeddingError(f"the embeddings API could not be reached: {exc}",
                                        code="embedding_unavailable", status=503,
@@ -135,9 +155,13 @@ class OpenAIEmbedder:
                             answer_preview(response.text, limit=500,
                                            api_key=self._api_key))
                 retry_after = retry_after_seconds(response)
-                error = _answered(response.status_code, retry_after)
+                error = _answered(response.status_code, retry_after, len(texts))
                 if response.status_code not in RETRYABLE_STATUS:
                     _count(started, error.code)
+                    if response.status_code == 413 and len(texts) > 1:
+                        return await self._split(texts)
+                    if response.status_code in (400, 422) and options:
+                        return await self._without_options(texts, error)
                     raise error
             _count(started, error.code)
             if retry_after is not None and retry_after > MAX_RETRY_AFTER:
@@ -156,12 +180,38 @@ class OpenAIEmbedder:
             await asyncio.sleep(delay)
             attempt += 1
 
+    async def _split(self, texts: list[str]) -> list[Vector]:
+        """A batch the endpoint refused as too large (413: TEI's limit of 32 inputs
+        against this client's 64, or one text past the model's): in halves, so a batch
+        goes through in what the endpoint takes and a too-long text is refused alone."""
+        half = len(texts) // 2
+        log.warning("the embeddings API refused %d inputs as too large (413); sending "
+                    "them in halves (ENGRAM_EMBEDDER_BATCH_SIZE sets how many go at once)",
+                    len(texts))
+        return [*await self._embed_chunk(texts[:half]), *await self._embed_chunk(texts[half:])]
+
+    async def _without_options(self, texts: list[str], error: EmbeddingError) -> list[Vector]:
+        """A 400 or 422 to a request with `dimensions` and `encoding_format`: vLLM
+        refuses `dimensions` for every model not trained to shorten its vectors
+        (all-MiniLM-L6-v2 among them), OpenAI's ada-002 too, and some servers refuse
+        `encoding_format`. Asked once without them; when that answers, they are left
+        out from then on (the vectors' length is still checked). When it does not, the
+        first refusal stands: it was not about them."""
+        try:
+            vectors = await self._embed_chunk(texts, options=False)
+        except EmbeddingError:
+            raise error from None
+        self._options = False
+        log.warning("the embeddings API refused `dimensions` / `encoding_format` and "
+                    "answered without them; they are no longer sent")
+        return vectors
+
     def _parse(self, response: httpx.Response, expected: int) -> list[Vector]:
         try:
             body: Any = response.json()
             data = sorted(body["data"], key=lambda item: item["index"])
             vectors = [[_number(x) for x in item["embedding"]] for item in data]
-        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError, OverflowError) as exc:
             raise EmbeddingError(f"the embeddings API answered malformed JSON: {exc!r}",
                                  code="embedding_bad_response") from exc
         if len(vectors) != expected:
@@ -186,13 +236,23 @@ class OpenAIEmbedder:
         await self._client.aclose()
 
 
-def _answered(status: int, retry_after: float | None) -> EmbeddingError:
+def _answered(status: int, retry_after: float | None, inputs: int) -> EmbeddingError:
+    wait = max(1, math.ceil(retry_after or 1))
     if status == 429:
         # The endpoint's limit, not a fault: 503 with its Retry-After, so a client backs
         # off, where a 502 says the upstream is broken.
         return EmbeddingError("the embeddings API is rate limiting this service (429)",
-                              code="embedding_rate_limited", status=503,
-                              retry_after=max(1, math.ceil(retry_after or 1)))
+                              code="embedding_rate_limited", status=503, retry_after=wait)
+    if status == 503:
+        # Unavailable for now (TEI and Ollama while their model loads), as it says.
+        return EmbeddingError("the embeddings API is unavailable for now (503)",
+                              code="embedding_unavailable", status=503, retry_after=wait)
+    if status == 413 and inputs == 1:
+        # A text past the model's input (TEI refuses, where the local model truncates):
+        # no retry will take it, and a 502 is retried by clients for ever.
+        return EmbeddingError("the embeddings API refused the text as too large for its "
+                              "model (413); shorten it, or have the endpoint truncate",
+                              code="embedding_input_too_large", status=422)
     return EmbeddingError(f"the embeddings API answered {status}",
                           code="embedding_upstream_error", status=502)
 

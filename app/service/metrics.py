@@ -90,7 +90,8 @@ MEMORIES_EVICTED = Counter("engram_memories_evicted_total",
                            "(max_memories_per_user)", registry=REGISTRY)
 LLM_CALLS = Counter("engram_llm_calls_total",
                     "HTTP calls to the LLM, each retry counted, by outcome: ok or the error "
-                    "(llm_timeout, llm_connection_error, llm_http_error, llm_bad_response)",
+                    "(llm_timeout, llm_connection_error, llm_http_error, llm_bad_response, "
+                    "llm_incomplete)",
                     ["outcome"], registry=REGISTRY)
 LLM_SECONDS = Histogram("engram_llm_call_seconds", "Time of one HTTP call to the LLM",
                         registry=REGISTRY,
@@ -98,7 +99,8 @@ LLM_SECONDS = Histogram("engram_llm_call_seconds", "Time of one HTTP call to the
 EMBEDDING_CALLS = Counter("engram_embedding_calls_total",
                           "HTTP calls to the OpenAI-compatible embeddings endpoint, each retry "
                           "counted, by outcome: ok or the error (embedding_timeout, "
-                          "embedding_unavailable, embedding_upstream_error, "
+                          "embedding_unavailable, embedding_rate_limited, "
+                          "embedding_input_too_large, embedding_upstream_error, "
                           "embedding_bad_response)", ["outcome"], registry=REGISTRY)
 EMBEDDING_SECONDS = Histogram("engram_embedding_call_seconds",
                               "Time of one HTTP call to the embeddings endpoint",

@@ -49,10 +49,11 @@ class Deterministic:
 
 @dataclass(frozen=True)
 class Reply:
-    """Answer this exact text ("" for an empty answer)."""
+    """Answer this exact text ("" for an empty answer), ended for `finish_reason`."""
 
     text: str
     delay: float = 0.0
+    finish_reason: str = "stop"
 
 
 @dataclass(frozen=True)
@@ -191,7 +192,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        if self.path.rstrip("/") != "/v1/chat/completions":
+        if self.path.partition("?")[0].rstrip("/") != "/v1/chat/completions":
             self._send(404, b'{"error": "not found"}')
             return
         try:
@@ -219,9 +220,9 @@ class _Handler(BaseHTTPRequestHandler):
                 stopping.wait(delay)
                 messages = {m["role"]: m["content"] for m in body["messages"]}
                 self._completion(fake_answer(messages["system"], messages["user"]))
-            case Reply(text=text, delay=delay):
+            case Reply(text=text, delay=delay, finish_reason=finish_reason):
                 stopping.wait(delay)
-                self._completion(text)
+                self._completion(text, finish_reason)
             case Fail(status=status, retry_after=retry_after):
                 headers = {} if retry_after is None else {"Retry-After": f"{retry_after:g}"}
                 self._send(status, b'{"error": {"message": "scripted failure"}}', headers)
@@ -238,7 +239,7 @@ class _Handler(BaseHTTPRequestHandler):
             case NoChoices():
                 self._send(200, b'{"id": "x", "object": "chat.completion", "choices": []}')
 
-    def _completion(self, text: str) -> None:
+    def _completion(self, text: str, finish_reason: str = "stop") -> None:
         payload = {
             "id": "chatcmpl-fake",
             "object": "chat.completion",
@@ -247,7 +248,7 @@ class _Handler(BaseHTTPRequestHandler):
                 {
                     "index": 0,
                     "message": {"role": "assistant", "content": text},
-                    "finish_reason": "stop",
+                    "finish_reason": finish_reason,
                 }
             ],
         }

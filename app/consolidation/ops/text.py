@@ -9,6 +9,11 @@ _SPACES = re.compile(r"[ \t]+")
 # never closes and the whole answer is reasoning.
 _REASONING = re.compile(r"\A\s*<(think|thinking|reasoning)>.*?(?:</\1\s*>|\Z)",
                         re.DOTALL | re.IGNORECASE)
+# DeepSeek-R1's chat template puts the opening "<think>" in the prompt, so the answer
+# starts inside the reasoning and only its end tag shows (vLLM, llama.cpp and Ollama
+# pass it on as is).
+_REASONING_END = re.compile(r"</(think|thinking|reasoning)\s*>", re.IGNORECASE)
+_REASONING_START = re.compile(r"<(think|thinking|reasoning)>", re.IGNORECASE)
 
 
 _LINE_END = re.compile(r"\r\n|\r|\n")
@@ -50,8 +55,12 @@ class LinePacker:
 def clean_llm_text(text: str) -> str:
     """LLM output made storable (no NUL, no lone surrogates: PostgreSQL refuses both) and
     without the reasoning it opens with, which is no part of a summary."""
+    opened = False
     while (reasoning := _REASONING.match(text)) is not None:
-        text = text[reasoning.end():]
+        text, opened = text[reasoning.end():], True
+    end = None if opened else _REASONING_END.search(text)
+    if end is not None and _REASONING_START.search(text, 0, end.start()) is None:
+        text = text[end.end():]
     kept = "".join(ch for ch in text if ch != "\x00" and not 0xD800 <= ord(ch) <= 0xDFFF)
     return kept.strip()
 

@@ -3,6 +3,7 @@ on 127.0.0.1 that answers, fails, throttles, hangs and talks garbage on cue."""
 
 import asyncio
 import io
+import json
 import logging
 import time
 import uuid
@@ -167,6 +168,56 @@ async def test_garbage_is_a_bad_response_and_is_not_retried(
     assert len(server.requests) == 1
 
 
+@pytest.mark.parametrize("finish_reason", ["length", "content_filter"])
+async def test_an_answer_cut_off_or_filtered_is_incomplete_and_not_retried(
+    server: FakeLLMServer, client: ChatCompletionsClient, finish_reason: str
+) -> None:
+    server.script(Reply("Summary: Alice prefers dark mode in every",
+                        finish_reason=finish_reason))
+
+    with pytest.raises(LLMError) as caught:
+        await client.complete("s", "u")
+
+    assert caught.value.code == "llm_incomplete"
+    assert finish_reason in caught.value.detail
+    assert len(server.requests) == 1  # the same prompt would be cut again
+
+
+@pytest.mark.parametrize("finish_reason", ["stop", "eos", None])
+async def test_an_answer_ended_otherwise_is_the_answer(
+    server: FakeLLMServer, client: ChatCompletionsClient, finish_reason: str | None
+) -> None:
+    choice = {"index": 0, "message": {"role": "assistant", "content": "Summary: u"},
+              "finish_reason": finish_reason}
+    server.script(Garbage(json.dumps({"choices": [choice]})))
+
+    assert await client.complete("s", "u") == "Summary: u"
+
+
+async def test_a_reasoning_models_thinking_parts_are_left_out(
+    server: FakeLLMServer, client: ChatCompletionsClient
+) -> None:
+    """Mistral's Magistral answers its thinking as a content part of its own type; every
+    answer was a bad response, and every synthesis fell back (an exploratory probe)."""
+    content = [{"type": "thinking", "thinking": [{"type": "text", "text": "Hmm."}]},
+               {"type": "text", "text": "Summary: "}, {"type": "text", "text": "u"}]
+    choice = {"index": 0, "message": {"role": "assistant", "content": content},
+              "finish_reason": "stop"}
+    server.script(Garbage(json.dumps({"choices": [choice]})))
+
+    assert await client.complete("s", "u") == "Summary: u"
+
+
+async def test_a_query_in_the_base_url_is_kept(server: FakeLLMServer) -> None:
+    """An exploratory probe: an Azure deployment's `?api-version=` went into the path
+    (`/v1?api-version=.../chat/completions`), and every call answered 404."""
+    async with ChatCompletionsClient(base_url=server.base_url + "?api-version=2024-10-21",
+                                     model="fake-model", timeout=TIMEOUT) as llm:
+        assert await llm.complete("be brief", "- one") == fake_answer("be brief", "- one")
+
+    assert server.requests[0].path == "/v1/chat/completions?api-version=2024-10-21"
+
+
 async def test_an_unreachable_server_is_a_connection_error() -> None:
     with FakeLLMServer() as gone:
         base_url = gone.base_url
@@ -271,6 +322,10 @@ async def test_llm_synthesis_golden_over_http(
         (Reply("  \n "), "llm_empty_answer"),
         (Garbage(), "llm_bad_response"),
         (NoChoices(), "llm_bad_response"),
+        # Cut off by the model's token limit, it was stored as the summary and the
+        # memories it no longer held were archived (an exploratory probe).
+        (Reply("Summary: Alice prefers dark mode in every", finish_reason="length"),
+         "llm_incomplete"),
     ],
 )
 async def test_llm_synthesis_falls_back_to_concatenate_over_http(

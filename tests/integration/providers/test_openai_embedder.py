@@ -65,6 +65,32 @@ class Succeed:
 class Fail:
     status: int = 500
     retry_after: str | None = None
+    retry_after_ms: str | None = None
+
+
+@dataclass(frozen=True)
+class RefuseOptions:
+    """vLLM's answer to `dimensions` for a model not trained to shorten its vectors: 400
+    while the request names it, else Succeed."""
+
+
+@dataclass(frozen=True)
+class BatchLimit:
+    """TEI's 413 for more than `limit` inputs, else Succeed."""
+
+    limit: int
+
+
+@dataclass(frozen=True)
+class Trickle:
+    """A 200 whose body comes a byte every `every` seconds."""
+
+    every: float = 0.1
+
+
+@dataclass(frozen=True)
+class HugeNumber:
+    """The first vector's first element is an integer no float holds."""
 
 
 @dataclass(frozen=True)
@@ -118,7 +144,7 @@ class Booleans:
 
 
 Behaviour = (Succeed | Fail | Hang | Garbage | NoData | WrongDims | Fewer | ZeroVector | Indexed
-             | Scaled | Booleans)
+             | Scaled | Booleans | RefuseOptions | BatchLimit | Trickle | HugeNumber)
 
 
 @dataclass(frozen=True)
@@ -127,6 +153,7 @@ class Recorded:
     authorization: str | None
     body: Any
     request_id: str | None = None
+    query: str = ""
 
 
 class FakeEmbeddingsServer:
@@ -183,13 +210,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        if self.path != "/v1/embeddings":
+        path, _, query = self.path.partition("?")
+        if path != "/v1/embeddings":
             self._send(404, b'{"error": {"message": "no such route"}}')
             return
         body = json.loads(raw)
+        self._body = body
         fake = self.server.fake
-        behaviour = fake.next(Recorded(self.path, self.headers.get("Authorization"), body,
-                                       self.headers.get("X-Request-ID")))
+        behaviour = fake.next(Recorded(path, self.headers.get("Authorization"), body,
+                                       self.headers.get("X-Request-ID"), query))
         # A client that timed out has gone away; nothing to tell it.
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             self._answer(behaviour, body["input"])
@@ -198,9 +227,33 @@ class _Handler(BaseHTTPRequestHandler):
         match behaviour:
             case Succeed():
                 self._embeddings([raw_vector(t) for t in inputs])
-            case Fail(status=status, retry_after=retry_after):
+            case Fail(status=status, retry_after=retry_after, retry_after_ms=millis):
                 self._send(status, b'{"error": {"message": "scripted failure"}}',
-                           retry_after=retry_after)
+                           retry_after=retry_after, retry_after_ms=millis)
+            case RefuseOptions():
+                if "dimensions" in self._body:
+                    self._send(400, b'{"error": {"message": "Model does not support '
+                                    b'matryoshka representation"}}')
+                else:
+                    self._embeddings([raw_vector(t) for t in inputs])
+            case BatchLimit(limit=limit):
+                if len(inputs) > limit:
+                    self._send(413, b'{"error": "batch size too large", '
+                                    b'"error_type": "Validation"}')
+                else:
+                    self._embeddings([raw_vector(t) for t in inputs])
+            case Trickle(every=every):
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", "100000")
+                self.end_headers()
+                while not self.server.fake.stopping.wait(every):
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+            case HugeNumber():
+                vectors: list[list[Any]] = [raw_vector(t) for t in inputs]
+                vectors[0][0] = 10**400  # JSON has no limit; a float does
+                self._embeddings(vectors)
             case Hang(seconds=seconds):
                 self.server.fake.stopping.wait(seconds)
                 self._embeddings([raw_vector(t) for t in inputs])
@@ -238,11 +291,14 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, json.dumps(payload).encode())
 
     def _send(self, status: int, payload: bytes, content_type: str = "application/json",
-              content_encoding: str | None = None, retry_after: str | None = None) -> None:
+              content_encoding: str | None = None, retry_after: str | None = None,
+              retry_after_ms: str | None = None) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         if retry_after is not None:
             self.send_header("Retry-After", retry_after)
+        if retry_after_ms is not None:
+            self.send_header("retry-after-ms", retry_after_ms)
         if content_encoding is not None:
             self.send_header("Content-Encoding", content_encoding)
         self.send_header("Content-Length", str(len(payload)))
@@ -402,13 +458,13 @@ async def test_every_call_is_counted_by_outcome_in_the_metrics(
 
     after = embedding_calls()
     assert {o: after[o] - before[o] for o in EMBEDDING_OUTCOMES} == {
-        "ok": 1, "embedding_timeout": 1, "embedding_unavailable": 0,
-        "embedding_upstream_error": 2, "embedding_bad_response": 1}
+        "ok": 1, "embedding_timeout": 1, "embedding_unavailable": 1,
+        "embedding_upstream_error": 1, "embedding_bad_response": 1}
     assert sample("engram_embedding_call_seconds_count") - timed == 5
 
 
 async def test_zero_retries_means_one_attempt(server: FakeEmbeddingsServer) -> None:
-    server.default = Fail(503)
+    server.default = Fail(500)
     embedder = make_embedder(server.base_url, max_retries=0)
     try:
         with pytest.raises(EmbeddingError) as caught:
@@ -420,18 +476,139 @@ async def test_zero_retries_means_one_attempt(server: FakeEmbeddingsServer) -> N
     assert len(server.requests) == 1
 
 
-@pytest.mark.parametrize("status", [400, 401, 404])
+@pytest.mark.parametrize("status", [400, 401, 404, 422])
 async def test_a_client_error_is_not_retried(
     server: FakeEmbeddingsServer, embedder: OpenAIEmbedder, status: int
 ) -> None:
-    server.script(Fail(status))
+    server.default = Fail(status)
 
     with pytest.raises(EmbeddingError) as caught:
         await embedder.embed(["hello"])
 
     assert caught.value.code == "embedding_upstream_error"
     assert str(status) in caught.value.detail
+    # A 400 or 422 is asked once more without `dimensions` and `encoding_format` (the
+    # next test); refused again, the first refusal stands and the options stay.
+    sent = [r.body for r in server.requests]
+    if status in (400, 422):
+        assert ["dimensions" in b for b in sent] == [True, False]
+    else:
+        assert len(sent) == 1
+    server.default = Succeed()
+    await embedder.embed(["hello"])
+    assert "dimensions" in server.requests[-1].body
+
+
+async def test_options_the_endpoint_refuses_are_left_out_once_it_answers_without_them(
+    server: FakeEmbeddingsServer, embedder: OpenAIEmbedder
+) -> None:
+    """An exploratory probe: vLLM answers 400 to `dimensions` for any model not trained
+    to shorten its vectors (all-MiniLM-L6-v2 among them), and every write answered 502."""
+    server.default = RefuseOptions()
+
+    first = await embedder.embed(["Alice likes green tea."])
+    second = await embedder.embed_query("what does Alice like")
+
+    sent = [r.body for r in server.requests]
+    assert [("dimensions" in b, "encoding_format" in b) for b in sent] == [
+        (True, True), (False, False), (False, False)]
+    assert_close(first, [unit(raw_vector("Alice likes green tea."))])
+    assert_close([second], [unit(raw_vector("what does Alice like"))])
+
+
+async def test_a_batch_refused_as_too_large_goes_in_halves(
+    server: FakeEmbeddingsServer, embedder: OpenAIEmbedder
+) -> None:
+    """TEI answers 413 past its batch limit (32 by default, against this client's 64)."""
+    server.default = BatchLimit(2)
+    texts = [f"memory number {i}" for i in range(5)]
+
+    vectors = await embedder.embed(texts)
+
+    assert [len(r.body["input"]) for r in server.requests] == [5, 2, 3, 1, 2]
+    assert_close(vectors, [unit(raw_vector(t)) for t in texts])
+
+
+async def test_one_text_refused_as_too_large_is_a_422_not_a_broken_upstream(
+    server: FakeEmbeddingsServer, embedder: OpenAIEmbedder
+) -> None:
+    server.default = Fail(413)
+
+    with pytest.raises(EmbeddingError) as caught:
+        await embedder.embed(["a text past the model's input"])
+
+    assert (caught.value.code, caught.value.status) == ("embedding_input_too_large", 422)
     assert len(server.requests) == 1
+
+
+async def test_an_answer_trickling_past_the_timeout_is_cut_at_it(
+    server: FakeEmbeddingsServer,
+) -> None:
+    """An exploratory probe: httpx's timeout is per read, and a body sent a byte every
+    0.5 s held a write for ever; 64 of them made the service answer 503 to everyone."""
+    server.default = Trickle(every=0.05)
+    embedder = make_embedder(server.base_url, max_retries=0)
+    started = time.monotonic()
+    try:
+        with pytest.raises(EmbeddingError) as caught:
+            await embedder.embed(["hello"])
+    finally:
+        await embedder.aclose()
+
+    assert (caught.value.code, caught.value.status) == ("embedding_timeout", 504)
+    assert TIMEOUT <= time.monotonic() - started < TIMEOUT + 2
+
+
+async def test_a_query_in_the_base_url_is_kept(server: FakeEmbeddingsServer) -> None:
+    """An exploratory probe: an Azure deployment's `?api-version=` (or a gateway's
+    `?api-key=`) went into the path, `/v1?api-version=.../embeddings`, and every call
+    answered 404."""
+    embedder = make_embedder(server.base_url + "/?api-version=2024-02-01")
+    try:
+        await embedder.embed(["hello"])
+    finally:
+        await embedder.aclose()
+
+    [request] = server.requests
+    assert (request.path, request.query) == ("/v1/embeddings", "api-version=2024-02-01")
+
+
+async def test_an_unavailable_endpoint_is_told_as_503_with_its_retry_after(
+    server: FakeEmbeddingsServer, embedder: OpenAIEmbedder
+) -> None:
+    """TEI and Ollama answer 503 while their model loads; a 502 told the client the
+    upstream was broken, and its Retry-After was lost."""
+    server.default = Fail(503, retry_after="30")
+
+    with pytest.raises(EmbeddingError) as caught:
+        await embedder.embed(["hello"])
+
+    assert (caught.value.code, caught.value.status, caught.value.retry_after) == (
+        "embedding_unavailable", 503, 30)
+    assert len(server.requests) == 1  # longer than this client waits: not retried
+
+
+async def test_a_retry_after_in_milliseconds_is_waited_for(
+    server: FakeEmbeddingsServer, embedder: OpenAIEmbedder
+) -> None:
+    server.script(Fail(429, retry_after_ms="300"))
+    started = time.monotonic()
+
+    await embedder.embed(["hello"])
+
+    assert len(server.requests) == 2
+    assert time.monotonic() - started >= 0.3
+
+
+async def test_a_number_no_float_holds_is_a_bad_response(
+    server: FakeEmbeddingsServer, embedder: OpenAIEmbedder
+) -> None:
+    server.default = HugeNumber()
+
+    with pytest.raises(EmbeddingError) as caught:
+        await embedder.embed(["hello"])
+
+    assert caught.value.code == "embedding_bad_response"
 
 
 async def test_a_hang_past_the_timeout_is_an_embedding_timeout_quickly(
@@ -580,18 +757,22 @@ async def test_the_api_stores_a_memory_with_the_providers_vector(
     assert max(abs(a - b) for a, b in zip(got, expected, strict=True)) < 2e-3
 
 
-FAILURES = [
-    pytest.param(Fail(500), 502, "embedding_upstream_error", id="upstream-500"),
-    pytest.param(Fail(400), 502, "embedding_upstream_error", id="upstream-400"),
-    pytest.param(Garbage(), 502, "embedding_bad_response", id="garbage"),
-    pytest.param(WrongDims(1536), 502, "embedding_bad_response", id="wrong-dims"),
-    pytest.param(Hang(10.0), 504, "embedding_timeout", id="hang"),
-    pytest.param(None, 503, "embedding_unavailable", id="unreachable"),
-    pytest.param(Fail(429, retry_after="30"), 503, "embedding_rate_limited", id="rate-limited"),
+FAILURES = [  # (what the endpoint does, the status, the code, the Retry-After told)
+    pytest.param(Fail(500), 502, "embedding_upstream_error", None, id="upstream-500"),
+    pytest.param(Fail(400), 502, "embedding_upstream_error", None, id="upstream-400"),
+    pytest.param(Garbage(), 502, "embedding_bad_response", None, id="garbage"),
+    pytest.param(WrongDims(1536), 502, "embedding_bad_response", None, id="wrong-dims"),
+    pytest.param(Hang(10.0), 504, "embedding_timeout", None, id="hang"),
+    pytest.param(None, 503, "embedding_unavailable", "1", id="unreachable"),
+    pytest.param(Fail(429, retry_after="30"), 503, "embedding_rate_limited", "30",
+                 id="rate-limited"),
+    pytest.param(Fail(503, retry_after="20"), 503, "embedding_unavailable", "20",
+                 id="model-loading"),
+    pytest.param(Fail(413), 422, "embedding_input_too_large", None, id="too-large"),
 ]
 
 
-@pytest.mark.parametrize(("behaviour", "status", "code"), FAILURES)
+@pytest.mark.parametrize(("behaviour", "status", "code", "wait"), FAILURES)
 @pytest.mark.parametrize("path", ["/v1/memories", "/v1/memories/batch"])
 async def test_a_failing_provider_is_a_stable_problem_and_writes_nothing(
     resources: Resources,
@@ -599,6 +780,7 @@ async def test_a_failing_provider_is_a_stable_problem_and_writes_nothing(
     behaviour: Behaviour | None,
     status: int,
     code: str,
+    wait: str | None,
     path: str,
 ) -> None:
     if behaviour is None:
@@ -623,8 +805,7 @@ async def test_a_failing_provider_is_a_stable_problem_and_writes_nothing(
             assert problem["detail"]
             assert "Traceback" not in resp.text
             # When waiting helps, the client is told how long.
-            expected_wait = {"embedding_unavailable": "1", "embedding_rate_limited": "30"}
-            assert resp.headers.get("retry-after") == expected_wait.get(code)
+            assert resp.headers.get("retry-after") == wait
 
             listed = await client.get("/v1/memories")
             assert listed.status_code == 200

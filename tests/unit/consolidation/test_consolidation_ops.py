@@ -384,6 +384,29 @@ async def test_llm_synthesis_keeps_no_reasoning() -> None:
     assert (result.summary, result.mode) == ("Alice lives in Berlin.", "llm_synthesis")
 
 
+@pytest.mark.parametrize("answer", [
+    "Okay, four entries about Alice.\n</think>\n\nAlice lives in Berlin.",
+    "Let me see. </Thinking> Alice lives in Berlin.",
+])
+async def test_llm_synthesis_keeps_no_reasoning_whose_opening_tag_was_the_prompts(
+    answer: str,
+) -> None:
+    """DeepSeek-R1's template puts "<think>" in the prompt, so the answer starts inside
+    the reasoning and only its end tag shows; the reasoning was stored as the summary
+    (an exploratory probe)."""
+    result = await LLMSynthesis().consolidate(GROUP, "travel", OpContext(
+        llm=FakeLLM.scripted([answer])))
+
+    assert result.summary == "Alice lives in Berlin."
+
+
+async def test_an_end_tag_after_a_whole_reasoning_block_is_the_answers_own() -> None:
+    result = await LLMSynthesis().consolidate(GROUP, "travel", OpContext(
+        llm=FakeLLM.scripted(["<think>Hm.</think>Use </think> to close it."])))
+
+    assert result.summary == "Use </think> to close it."
+
+
 # density_routing ----------------------------------------------------------------------
 
 SPARSE = [
