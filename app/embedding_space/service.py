@@ -3,6 +3,7 @@ them to another one (`python -m app reembed`)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -72,6 +73,8 @@ async def check_on_start(engine: AsyncEngine, embedder: Embedder) -> None:
         decision = on_start(stored, configured, await repo.has_memories())
         if decision.action == "refuse":
             raise VectorSpaceMismatch(decision.reason)
+        if decision.action == "adopt" and stored is not None:
+            await _refuse_adopting_beside_a_replica(repo, stored.model, configured)
         if decision.action != "keep":
             await repo.record(configured)
             if stored is not None and stored.target_model is not None:
@@ -80,6 +83,28 @@ async def check_on_start(engine: AsyncEngine, embedder: Embedder) -> None:
                 await repo.create_vector_index()
             log.info("stored vectors: %s (%s)", configured,
                      "recorded" if decision.action == "record" else "no memory held another's")
+
+
+ADOPT_WAIT_SECONDS = 1.0
+"""How long a start waits for the other connections it sees to go: this process's own
+migration connections, just closed, may still show for a moment."""
+
+
+async def _refuse_adopting_beside_a_replica(repo: EmbeddingSpaceRepository, stored: str,
+                                            configured: str) -> None:
+    """A replica still serving writes with the recorded model, memories or not: adopted
+    beside it, the two wrote vectors of two models under one record, and a search ranked
+    the other's at random (an exploratory probe of two replicas)."""
+    deadline = time.monotonic() + ADOPT_WAIT_SECONDS
+    while running := await repo.service_connections():
+        if time.monotonic() >= deadline:
+            names = ", ".join(f"{name} ({count})" for name, count in running)
+            raise VectorSpaceMismatch(
+                f"the stored vectors are recorded as {stored}'s, and the service is "
+                f"connected to this database ({names}), writing with it; a start with "
+                f"{configured} beside it would mix vectors of two models. Configure the "
+                f"embedder of {stored}, or stop every replica, then start with {configured}")
+        await asyncio.sleep(0.1)
 
 
 @dataclass(frozen=True)

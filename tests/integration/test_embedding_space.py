@@ -157,6 +157,28 @@ async def test_without_memories_another_model_is_adopted(own_db: Resources) -> N
     assert (await space_row(own_db))[:3] == ("other-model", None, None)
 
 
+async def test_another_model_is_not_adopted_beside_a_replica_of_the_recorded_one(
+        own_db: Resources) -> None:
+    """Two replicas on one empty database, one configured with another embedder: the
+    second adopted its model while the first served, and both wrote (a probe)."""
+    await check_on_start(own_db.engine, own_db.embedder)
+    before = await space_row(own_db)
+    replica = await asyncpg.connect(asyncpg_dsn(own_db.engine),
+                                    server_settings={"application_name": "engram"})
+    try:
+        with pytest.raises(VectorSpaceMismatch, match=(
+                rf"recorded as {HASH}'s, and the service is connected to this database "
+                r"\(engram \(1\)\)")):
+            await check_on_start(own_db.engine, OtherModel())
+        await check_on_start(own_db.engine, own_db.embedder)  # its own model still starts
+    finally:
+        await replica.close()
+
+    assert await space_row(own_db) == before
+    await check_on_start(own_db.engine, OtherModel())
+    assert (await space_row(own_db))[:3] == ("other-model", None, None)
+
+
 async def test_a_pass_left_unfinished_over_memories_since_deleted_gives_the_index_back(
         own_db: Resources) -> None:
     await check_on_start(own_db.engine, own_db.embedder)
