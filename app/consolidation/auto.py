@@ -71,7 +71,13 @@ class AutoConsolidation:
         for key, total in (await self.session.execute(stmt)).all():
             before = total - written[keys[key]]
             if total // self.every > before // self.every:
-                await self._enqueue(keys[key], f"{AUTO_JOB}:{self.tenant_id}:{key}")
+                await self._enqueue(keys[key], dedupe_key(self.tenant_id, keys[key]))
+
+    async def requeue(self, scope: Scope) -> None:
+        """Queue the scope's run again: its running job was cut by the worker stopping,
+        and pgqueuer drops a cancelled job, so the trigger was lost and the scope's rows
+        waited for N more writes (a probe of two replicas)."""
+        await self._enqueue(scope, dedupe_key(self.tenant_id, scope))
 
     async def _enqueue(self, scope: Scope, dedupe_key: str) -> None:
         """Queue the scope's run, unless one is waiting: that one will read these rows too.
@@ -87,3 +93,13 @@ class AutoConsolidation:
 
     def _payload(self, scope: Scope) -> dict[str, Any]:
         return {"tenant_id": str(self.tenant_id), **dict(zip(SCOPE_COLUMNS, scope, strict=True))}
+
+
+def dedupe_key(tenant_id: uuid.UUID, scope: Scope) -> str:
+    """The key a scope's queued run is held under: at most one waits."""
+    return f"{AUTO_JOB}:{tenant_id}:{scope_key(scope)}"
+
+
+def payload_scope(payload: Mapping[str, Any]) -> Scope:
+    user, agent, session, namespace = (payload.get(c) for c in SCOPE_COLUMNS)
+    return user, agent, session, namespace

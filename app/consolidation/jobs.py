@@ -8,6 +8,7 @@ unlike a synchronous POST, which answers 409 at once.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Mapping
@@ -16,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from app.consolidation.auto import AUTO_JOB
+from app.consolidation.auto import AUTO_JOB, AutoConsolidation, payload_scope
 from app.consolidation.runs import RUN_JOB, ConsolidationRunner, RunGone, ScopeBusy
 from app.consolidation.schemas import ConsolidationRequest
 from app.consolidation.service import compose
@@ -115,6 +116,9 @@ async def run_auto(context: JobContext, payload: Mapping[str, Any]) -> None:
     try:
         run = await runner.run_now(request, compose(request, context.resources),
                                    trigger="auto")
+    except asyncio.CancelledError:
+        await _requeue(context, tenant_id, payload)
+        raise
     except RunGone as gone:
         log.info("automatic consolidation: %s", gone.detail)
         return
@@ -125,6 +129,28 @@ async def run_auto(context: JobContext, payload: Mapping[str, Any]) -> None:
         raise RetryLater(_busy_delay(context.attempt), busy.detail) from busy
     log.info("automatic consolidation %s of %s: %s, %d summaries", run.id,
              request.model_dump(exclude_defaults=True), run.status, run.created)
+
+
+REQUEUE_SECONDS = 1.5
+"""How long a cut automatic run may take to queue itself again: within the worker's bound
+for a cancelled job to unwind (app/worker/runner.py, CANCELLED_SECONDS)."""
+
+
+async def _requeue(context: JobContext, tenant_id: uuid.UUID,
+                   payload: Mapping[str, Any]) -> None:
+    """The worker stopping cut this run (what it wrote stays; the crash sweep marks the
+    run): its scope is queued again, for any replica's worker to fold the rest."""
+    resources = context.resources
+    try:
+        async with asyncio.timeout(REQUEUE_SECONDS), resources.sessionmaker() as session, \
+                session.begin():
+            auto = AutoConsolidation(session, tenant_id, resources.settings.auto_consolidate_every)
+            await auto.requeue(payload_scope(payload))
+    except Exception as exc:
+        log.warning("automatic consolidation cut by the worker stopping could not be queued "
+                    "again; its scope's next run comes with its next writes: %r", exc)
+    else:
+        log.info("automatic consolidation cut by the worker stopping is queued again")
 
 
 def register_consolidation_jobs(registry: JobRegistry) -> None:

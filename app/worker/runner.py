@@ -206,8 +206,10 @@ class Worker:
                 await connection.close(timeout=2)
 
     async def stop(self, grace_seconds: float = 10.0) -> None:
-        """Stop taking jobs and wait up to `grace_seconds` for running ones, then cancel them
-        (a cancelled job is picked again by a worker once its heartbeat goes stale)."""
+        """Stop taking jobs and wait up to `grace_seconds` for running ones, then cancel them.
+        pgqueuer drops a cancelled job, so what must go on is put back by its domain: an
+        automatic consolidation queues its scope again as it unwinds, the sweep queues a
+        session's due fold, and marks a queued API run failed (its client asked for it)."""
         self._stopping.set()
         if self._manager is not None:
             self._manager.shutdown.set()
@@ -265,7 +267,7 @@ class Worker:
                               job.attempts + 1, spec.max_attempts)
                 raise
             except asyncio.CancelledError:
-                outcome = "cancelled"  # the worker stopping; the job is picked again
+                outcome = "cancelled"  # the worker stopping; pgqueuer drops the job
                 raise
             finally:
                 JOBS.labels(spec.name, outcome).inc()

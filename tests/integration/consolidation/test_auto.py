@@ -18,8 +18,10 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.consolidation import auto
+from app.consolidation.runs import ConsolidationRunner
 from app.resources import Resources
 from app.worker.jobs import default_registry
+from app.worker.queue import QUEUE_SCHEMA
 from app.worker.runner import Worker
 from tests.conftest import TenantKey, make_client
 from tests.integration.consolidation.conftest import memory, seed, summaries, wait_for_run
@@ -88,6 +90,48 @@ async def test_every_nth_write_in_a_scope_runs_a_synthesize_only_consolidation(
         assert {m["id"] for m in listed.json()["items"]} >= set(ids)
     finally:
         await worker.stop()
+
+
+async def test_an_automatic_run_cut_by_the_worker_stopping_is_queued_again(
+    auto_client: httpx.AsyncClient, auto_resources: Resources, tenant: TenantKey,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A probe of two replicas: SIGTERM cut a replica's automatic run at its 40th group
+    of 600; pgqueuer drops a cancelled job, so nothing ran the rest, and 836 facts waited
+    for the scope's next 3,000 writes."""
+    started = asyncio.Event()
+    real_run_now = ConsolidationRunner.run_now
+
+    async def stalled(self: ConsolidationRunner, *args: Any, **kwargs: Any) -> Any:
+        started.set()
+        await asyncio.sleep(60)
+
+    monkeypatch.setattr(ConsolidationRunner, "run_now", stalled)
+    worker = Worker(auto_resources, default_registry(), poll_interval=timedelta(seconds=1))
+    await worker.start()
+    try:
+        ids = await seed(auto_client, [memory(f"note {i}", i) for i in range(3)])
+        await asyncio.wait_for(started.wait(), 15)
+    finally:
+        await worker.stop(grace_seconds=0.2)
+
+    async with auto_resources.engine.connect() as conn:
+        queued = (await conn.execute(text(
+            f"SELECT payload FROM {QUEUE_SCHEMA}.pgqueuer WHERE entrypoint = :job "
+            "AND status = 'queued'"), {"job": auto.AUTO_JOB})).scalars().all()
+    assert [json.loads(p)["user_id"] for p in queued
+            if json.loads(p)["tenant_id"] == str(tenant.tenant_id)] == ["u1"]
+
+    monkeypatch.setattr(ConsolidationRunner, "run_now", real_run_now)
+    worker = Worker(auto_resources, default_registry(), poll_interval=timedelta(seconds=1))
+    await worker.start()
+    try:
+        run = await wait_for_auto_run(auto_client)
+    finally:
+        await worker.stop()
+    assert (run["trigger"], run["status"]) == ("auto", "succeeded")
+    (summary,) = await summaries(auto_client, user_id="u1")
+    assert set(summary["summary_of"]) < set(ids)
 
 
 async def test_a_failing_enqueue_never_fails_the_write(
