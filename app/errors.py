@@ -156,6 +156,11 @@ def commit_unanswered() -> OutcomeUnknown:
         "applies a create at most once, and other changes can be read back first")
 
 
+CUT_DETAIL = "engram.cut_detail"
+"""Set in a request's ASGI `state` by a handler whose work, cut by the shutdown, is not
+simply undone (a consolidation run's written groups): what the shutdown's 503 says
+instead of "retry it"."""
+
 COMMIT_CUT = "engram.commit_cut"
 """Set in a request's ASGI `state` when the request is cancelled while its COMMIT is
 awaited (app/db.py): the change may have been applied, so the shutdown's cut

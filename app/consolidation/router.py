@@ -18,6 +18,7 @@ from app.consolidation.schemas import (
 )
 from app.consolidation.service import ConsolidationService
 from app.deps import CallerDep, SessionDep, problems, refuse_unknown_params
+from app.errors import CUT_DETAIL
 from app.models import SCOPE_COLUMNS
 from app.validation import ScopeId
 
@@ -51,7 +52,10 @@ def _service(request: Request, session: SessionDep, caller: CallerDep) -> Consol
 )
 async def run_consolidation(body: ConsolidationRequest, request: Request, session: SessionDep,
                             caller: CallerDep) -> Response:
-    status, result = await _service(request, session, caller).run(body)
+    def on_cut(detail: str) -> None:
+        request.scope.setdefault("state", {})[CUT_DETAIL] = detail
+
+    status, result = await _service(request, session, caller).run(body, on_cut)
     headers = {"Location": f"/v1/consolidations/{result.id}"}
     return JSONResponse(result.model_dump(mode="json", by_alias=True), status_code=status,
                         headers=headers)

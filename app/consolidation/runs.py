@@ -12,6 +12,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import func, select
@@ -102,8 +103,11 @@ class ConsolidationRunner:
                          "runs on one scope never interleave, retry when it has finished")
 
     async def run_now(self, request: ConsolidationRequest, composition: Composition,
-                      *, trigger: str = "api") -> ConsolidationRun:
-        """Run to the end and return the record. A busy scope raises `ScopeBusy` (409)."""
+                      *, trigger: str = "api",
+                      on_cut: Callable[[str], None] | None = None) -> ConsolidationRun:
+        """Run to the end and return the record. A busy scope raises `ScopeBusy` (409).
+        Cut by the shutdown, the run tells `on_cut` what its caller should be told: the
+        groups written stay, and the run's record says which."""
         run_id = uuid7()
         key = run_lock_key(self.tenant_id, request, run_id)
         lock = ScopeLock(self.resources.engine, key)
@@ -118,6 +122,13 @@ class ConsolidationRunner:
             try:
                 final = await self._execute(tx, run_id, request, composition)
                 return final or await self.load(run_id)
+            except asyncio.CancelledError:
+                if on_cut is not None:
+                    on_cut(f"the service is shutting down and stopped consolidation run "
+                           f"{run_id} before it finished; the groups it wrote stay written "
+                           "(each in its own transaction), and the run is marked failed: "
+                           f"read GET /v1/consolidations/{run_id} before running it again")
+                raise
             except DATABASE_FAILURES as exc:
                 if not is_connection_failure(exc):
                     raise

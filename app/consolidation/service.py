@@ -4,6 +4,7 @@ read runs, revert one."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import func
@@ -81,14 +82,17 @@ class ConsolidationService:
         self.tenant_id = tenant_id
         self.repository = ConsolidationRepository(session, tenant_id)
 
-    async def run(self, request: ConsolidationRequest) -> tuple[int, ConsolidationResult]:
-        """(200, the finished run), or (202, the queued run) for `async`."""
+    async def run(self, request: ConsolidationRequest,
+                  on_cut: Callable[[str], None] | None = None
+                  ) -> tuple[int, ConsolidationResult]:
+        """(200, the finished run), or (202, the queued run) for `async`. `on_cut`: see
+        ConsolidationRunner.run_now."""
         composition = compose(request, self.resources)
         if request.run_async:
             return 202, await self._queue(request, composition)
         # The run opens its own short transactions; the request's session stays unused.
         run = await ConsolidationRunner(self.resources, self.tenant_id).run_now(
-            request, composition)
+            request, composition, on_cut=on_cut)
         if run.status == "running":
             # It stopped on a group whose COMMIT went unanswered, and its record could not
             # be settled yet: the group's transaction still held it (runs._fail).

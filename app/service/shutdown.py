@@ -22,7 +22,7 @@ import logging
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.errors import COMMIT_CUT, commit_unanswered, problem_response
+from app.errors import COMMIT_CUT, CUT_DETAIL, commit_unanswered, problem_response
 
 log = logging.getLogger("engram.shutdown")
 
@@ -132,6 +132,6 @@ class ShutdownCutMiddleware:
                 response = problem_response(lost.status, lost.code, lost.title, lost.detail,
                                             headers=headers)
             else:
-                response = problem_response(503, "shutting_down", "Shutting down", DETAIL,
-                                            headers=headers)
+                response = problem_response(503, "shutting_down", "Shutting down",
+                                            state.get(CUT_DETAIL, DETAIL), headers=headers)
             await response(scope, receive, send)
