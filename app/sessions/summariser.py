@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from app.consolidation.ops.facts import carries_fact, split_sentences
+from app.consolidation.ops.facts import carries_fact, join_sentences, split_sentences
 from app.consolidation.ops.text import clean_llm_text, clip, normalise_sentence
 from app.providers.llm import LLMClient, LLMError
 from app.sessions.types import ROLES, TurnView
@@ -74,7 +74,7 @@ class ExtractiveSummariser:
             fresh = [s for s in kept if normalise_sentence(s) not in seen]
             seen.update(normalise_sentence(s) for s in fresh)
             if fresh:
-                lines.append(clip(f"- {turn.role}: {' '.join(fresh)}", line_chars))
+                lines.append(clip(f"- {turn.role}: {join_sentences(fresh)}", line_chars))
         # The newest lines that fit: an old line leaves before a new one is refused.
         kept_lines: list[str] = []
         size = 0

@@ -4,7 +4,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.consolidation.ops.base import OpError
-from app.consolidation.ops.facts import carries_fact, split_sentences
+from app.consolidation.ops.facts import carries_fact, join_sentences, split_sentences
 from app.consolidation.ops.text import LinePacker, normalise_sentence
 from app.consolidation.selectors.base import chronological
 from app.consolidation.types import Entry, OpContext, OpResult
@@ -45,7 +45,7 @@ def extract(entries: Sequence[Entry], limit: int) -> OpResult:
             key = normalise_sentence(sentence)
             if key not in seen:
                 new.setdefault(key, sentence)
-        if new and not packer.try_add("- " + " ".join(new.values())):
+        if new and not packer.try_add("- " + join_sentences(list(new.values()))):
             continue
         seen.update(new)
         represented.append(entry.id)

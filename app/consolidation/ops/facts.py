@@ -13,13 +13,15 @@ rather than drop one that mattered.
 import re
 
 # The ideographic and full-width marks end a sentence with no blank after them (Chinese,
-# Japanese), after the closing quote or bracket that may follow them; a Latin mark needs
-# a blank after it, so a decimal point or "e.g." mid-word is no break.
+# Japanese), after the run of them (a full-width "?!") and the closing quote or bracket
+# that may follow; a full-width full stop before a digit is a decimal point. A Latin
+# mark needs a blank after it, so a decimal point or "e.g." mid-word is no break.
 _CJK_END = "\u3002\uff01\uff1f\uff0e"  # ideographic full stop; full-width ! ? .
 _CJK_CLOSE = "\u300d\u300f\uff09\u3015\u3011\u201d\u2019\"'"  # corner, paren, quotes
 _SENTENCE_BREAK = re.compile(
-    rf"(?<=[.!?])\s+|(?<=[{_CJK_END}])(?![{_CJK_CLOSE}])\s*"
-    rf"|(?<=[{_CJK_END}][{_CJK_CLOSE}])\s*|\n+")
+    rf"(?<=[.!?])\s+|(?<=[{_CJK_END}])(?![{_CJK_CLOSE}{_CJK_END}])(?<!\uff0e(?=\d))\s*"
+    rf"|(?<=[{_CJK_END}][{_CJK_CLOSE}])(?![{_CJK_CLOSE}])\s*|\n+")
+_CJK_ENDED = re.compile(rf"[{_CJK_END}{_CJK_CLOSE}]\Z")
 _DIGIT_OR_AT = re.compile(r"[\d@]")
 _TOKEN = re.compile(r"\w+(?:['\u2019.:@/-]\w+)*")
 
@@ -55,6 +57,15 @@ def split_sentences(text: str) -> list[str]:
     return [s.strip() for s in _SENTENCE_BREAK.split(text) if s.strip()]
 
 
+def join_sentences(sentences: list[str]) -> str:
+    """Sentences as one line: a blank after a Latin sentence, none after a Chinese or
+    Japanese one, which is written without."""
+    out = ""
+    for sentence in sentences:
+        out += sentence if not out or _CJK_ENDED.search(out) else " " + sentence
+    return out
+
+
 def fact_tokens(sentence: str) -> tuple[int, int]:
     """(fact tokens, all tokens) of one sentence."""
     tokens = _TOKEN.findall(sentence)
@@ -74,9 +85,9 @@ def carries_fact(sentence: str) -> bool:
 
 
 def _caseless(token: str) -> bool:
-    """A word with letters, none of which has an upper or lower case."""
-    return not any(ch.isupper() or ch.islower() for ch in token) and any(
-        ch.isalpha() for ch in token)
+    """A word with a letter that has no upper or lower case: a Chinese or Japanese run
+    is one word, Latin names in it included ("私はPythonが好きです")."""
+    return any(ch.isalpha() and not (ch.isupper() or ch.islower()) for ch in token)
 
 
 def _is_fact_token(token: str, first: bool) -> bool:

@@ -13,7 +13,12 @@ from app.consolidation.ops import (
     LLMSynthesis,
     OpError,
 )
-from app.consolidation.ops.facts import carries_fact, fact_density, split_sentences
+from app.consolidation.ops.facts import (
+    carries_fact,
+    fact_density,
+    join_sentences,
+    split_sentences,
+)
 from app.consolidation.ops.prompts import ENTRY_SYSTEM, SYNTHESIS_SYSTEM
 from app.consolidation.types import Entry, OpContext
 from app.providers.llm import LLMError
@@ -140,11 +145,25 @@ def test_sentences_end_at_ideographic_marks_with_no_blank_after_them() -> None:
         f"他说{colon}「我明天去。」", "然后走了。"]
     assert split_sentences(f"東京に住んでいます。 猫が二匹います{stop}v1.2 ok") == [
         "東京に住んでいます。", f"猫が二匹います{stop}", "v1.2 ok"]
+    # A re-probe: a full-width decimal point, and a run of marks, are no break.
+    three, one, four = "\uff13", "\uff11", "\uff14"
+    assert split_sentences(f"円周率は{three}{stop}{one}{four}です。") == [
+        f"円周率は{three}{stop}{one}{four}です。"]
+    assert split_sentences(f"本当{question}{bang}すごい。") == [f"本当{question}{bang}", "すごい。"]
+
+
+def test_sentences_are_joined_as_their_script_writes_them() -> None:
+    assert join_sentences(["Alice moved.", "She loves it."]) == "Alice moved. She loves it."
+    assert join_sentences(["我住在北京。", "「好。」", "Alice moved.", "猫。"]) == (
+        "我住在北京。「好。」Alice moved. 猫。")
 
 
 def test_a_sentence_in_a_script_without_capitals_counts_as_a_fact() -> None:
     # Its names cannot show by their case, so it leans towards "fact", as the rest does.
     assert carries_fact("他很高兴。")
+    # A Latin word inside a Chinese or Japanese run is part of one token (a re-probe).
+    assert carries_fact("私はPythonが好きです。")
+    assert carries_fact("我在Google工作。")
     assert carries_fact("안녕하세요 반가워요")
     assert carries_fact("مرحبا بك")
     assert not carries_fact("the cat sat on the mat")  # a cased script is still read
@@ -157,7 +176,7 @@ async def test_extractive_keeps_each_sentence_of_a_text_without_capitals() -> No
     result = await Extractive().consolidate([chinese, TEA], "travel", OFFLINE)
 
     assert result.summary == ("- The user likes green tea.\n"
-                              "- 我住在北京。 我有两只猫。 我喜欢喝茶。")
+                              "- 我住在北京。我有两只猫。我喜欢喝茶。")  # joined as written
 
 
 def test_fact_density_counts_fact_tokens_per_token() -> None:
@@ -386,7 +405,7 @@ async def test_llm_synthesis_keeps_no_reasoning() -> None:
 
 @pytest.mark.parametrize("answer", [
     "Okay, four entries about Alice.\n</think>\n\nAlice lives in Berlin.",
-    "Let me see. </Thinking> Alice lives in Berlin.",
+    "Let me see, four entries.</Thinking>\nAlice lives in Berlin.",
 ])
 async def test_llm_synthesis_keeps_no_reasoning_whose_opening_tag_was_the_prompts(
     answer: str,
@@ -398,6 +417,18 @@ async def test_llm_synthesis_keeps_no_reasoning_whose_opening_tag_was_the_prompt
         llm=FakeLLM.scripted([answer])))
 
     assert result.summary == "Alice lives in Berlin."
+
+
+@pytest.mark.parametrize("answer", [
+    "- Alice's parser splits output at </think> and keeps the rest.",
+    "- Alice lives in Berlin.\n- Her notes mention a </THINKING> tag.",
+])
+async def test_an_end_tag_inside_a_line_is_the_summarys_own_text(answer: str) -> None:
+    """A re-probe: a memory about a parser of such tags lost everything before one."""
+    result = await LLMSynthesis().consolidate(GROUP, "travel", OpContext(
+        llm=FakeLLM.scripted([answer])))
+
+    assert result.summary == answer
 
 
 async def test_an_end_tag_after_a_whole_reasoning_block_is_the_answers_own() -> None:

@@ -478,6 +478,15 @@ async def test_extractive_keeps_the_first_sentence_of_a_turn_without_facts() -> 
     assert out == "- assistant: That sounds good."
 
 
+async def test_extractive_keeps_every_sentence_of_a_japanese_turn_as_written() -> None:
+    """A re-probe: "私はPythonが好きです。" was one token with Latin capitals in it, no
+    fact by case, and the fold kept only the turn's other sentence."""
+    out = await ExtractiveSummariser().fold(
+        None, [turn(1, "私はPythonが好きです。よろしくお願いします。")], 1000)
+
+    assert out == "- user: 私はPythonが好きです。よろしくお願いします。"
+
+
 async def test_extractive_does_not_repeat_a_sentence_within_one_fold() -> None:
     turns = [
         turn(1, "Alice is 30.", role="user"),
