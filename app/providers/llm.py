@@ -30,8 +30,9 @@ from app.settings import Settings
 log = logging.getLogger("engram.llm")
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
-INCOMPLETE = frozenset({"length", "content_filter"})
-"""The `finish_reason`s of an answer that is not the whole of one."""
+INCOMPLETE = frozenset({"length", "max_tokens", "content_filter", "safety", "recitation"})
+"""The `finish_reason`s of an answer that is not the whole of one, lower-cased: OpenAI's,
+and what gateways pass on of Anthropic's and Gemini's ("MAX_TOKENS", "SAFETY")."""
 MAX_ANSWER_BYTES = 2**20
 """A completion is read no further: a summary is at most 32,768 characters, ~200 KB as
 JSON at worst, and an answer of tens of MB held the event loop for over a second."""
@@ -264,7 +265,9 @@ def _parse_completion(raw: bytes) -> str | LLMError:
     if not isinstance(message, dict):
         return _bad("the LLM answer's first choice has no message")
     finish = choices[0].get("finish_reason")
-    if finish in INCOMPLETE:
+    if finish is not None and not isinstance(finish, str):
+        return _bad("the LLM answer's finish_reason is not text")
+    if finish is not None and finish.lower() in INCOMPLETE:
         # A summary cut off by the model's token limit, or blanked by a filter, read as
         # whole: a consolidation archived the memories it no longer held (an exploratory
         # probe). An error instead, so the op falls back and the fold is tried again.

@@ -21,6 +21,7 @@ from app.providers.answer_preview import answer_preview
 from app.providers.embedder import Vector
 from app.providers.endpoint_url import endpoint_url
 from app.providers.retry_after import retry_after_seconds
+from app.service.log_format import redact_urls
 from app.service.metrics import EMBEDDING_CALLS, EMBEDDING_SECONDS
 from app.service.request_id import outgoing
 
@@ -28,6 +29,9 @@ log = logging.getLogger("engram.embedder")
 
 RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 MAX_RETRY_AFTER = 10.0
+MAX_TOLD_RETRY_AFTER = 3600
+"""The longest wait a client is told: an endpoint's Retry-After of a year is passed on as
+an hour (a re-probe: `retry-after-ms: 1e308` was told as a 306-digit number)."""
 
 
 class EmbeddingError(ProviderError):
@@ -74,8 +78,9 @@ class OpenAIEmbedder:
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._api_key = api_key
         # `dimensions` and `encoding_format` are sent until the endpoint refuses them
-        # and answers without them (see _embed_chunk).
+        # and answers without them (see _without_options), which is asked once.
         self._options = True
+        self._asked_without = False
         self._client = client or httpx.AsyncClient(timeout=timeout)
 
     async def probe(self) -> None:
@@ -88,7 +93,7 @@ class OpenAIEmbedder:
         except EmbeddingError as exc:
             log.warning("the embeddings endpoint %s failed a probe at start (%s: %s); "
                         "writes and searches answer %d until it answers",
-                        self._url, exc.code, exc.detail, exc.status)
+                        redact_urls(str(self._url)), exc.code, exc.detail, exc.status)
 
     async def embed(self, texts: Sequence[str]) -> list[Vector]:
         out: list[Vector] = []
@@ -160,7 +165,7 @@ class OpenAIEmbedder:
                     _count(started, error.code)
                     if response.status_code == 413 and len(texts) > 1:
                         return await self._split(texts)
-                    if response.status_code in (400, 422) and options:
+                    if response.status_code in (400, 422) and options and not self._asked_without:
                         return await self._without_options(texts, error)
                     raise error
             _count(started, error.code)
@@ -195,12 +200,17 @@ class OpenAIEmbedder:
         refuses `dimensions` for every model not trained to shorten its vectors
         (all-MiniLM-L6-v2 among them), OpenAI's ada-002 too, and some servers refuse
         `encoding_format`. Asked once without them; when that answers, they are left
-        out from then on (the vectors' length is still checked). When it does not, the
-        first refusal stands: it was not about them."""
+        out from then on (the vectors' length is still checked). When it does not, it is
+        not asked again (a wrong model's 400 cost every call two), and the first refusal
+        stands when the second is one too; another failure (the endpoint's 503, a
+        dimension it cannot give) says more, and is the one raised."""
+        self._asked_without = True
         try:
             vectors = await self._embed_chunk(texts, options=False)
-        except EmbeddingError:
-            raise error from None
+        except EmbeddingError as plain:
+            if plain.code == "embedding_upstream_error":
+                raise error from None
+            raise
         self._options = False
         log.warning("the embeddings API refused `dimensions` / `encoding_format` and "
                     "answered without them; they are no longer sent")
@@ -237,7 +247,7 @@ class OpenAIEmbedder:
 
 
 def _answered(status: int, retry_after: float | None, inputs: int) -> EmbeddingError:
-    wait = max(1, math.ceil(retry_after or 1))
+    wait = min(max(1, math.ceil(retry_after or 1)), MAX_TOLD_RETRY_AFTER)
     if status == 429:
         # The endpoint's limit, not a fault: 503 with its Retry-After, so a client backs
         # off, where a 502 says the upstream is broken.

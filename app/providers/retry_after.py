@@ -24,7 +24,7 @@ def retry_after_seconds(response: httpx.Response) -> float | None:
         return seconds
     try:
         when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):  # a zone of 20 digits
         return None
     if when.tzinfo is None:
         return None  # not the GMT date RFC 9110 asks for: no way to know the moment

@@ -30,6 +30,8 @@ def test_an_http_date_is_the_wait_until_it() -> None:
     assert wait(**{"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}) == 0.0  # past
 
 
-@pytest.mark.parametrize("value", ["garbage", "inf", "nan", "-1", "Wed, 21 Oct 2015 07:28:00"])
+@pytest.mark.parametrize("value", ["garbage", "inf", "nan", "-1", "Wed, 21 Oct 2015 07:28:00",
+                                   # a zone past any offset: OverflowError, a 500 (re-probe)
+                                   "Mon, 01 Jan 2030 00:00:00 +99999999999999999999"])
 def test_what_cannot_be_read_as_a_wait_is_none(value: str) -> None:
     assert wait(**{"retry-after": value}) is None

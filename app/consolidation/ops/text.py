@@ -11,8 +11,10 @@ _REASONING = re.compile(r"\A\s*<(think|thinking|reasoning)>.*?(?:</\1\s*>|\Z)",
                         re.DOTALL | re.IGNORECASE)
 # DeepSeek-R1's chat template puts the opening "<think>" in the prompt, so the answer
 # starts inside the reasoning and only its end tag shows (vLLM, llama.cpp and Ollama
-# pass it on as is).
-_REASONING_END = re.compile(r"</(think|thinking|reasoning)\s*>", re.IGNORECASE)
+# pass it on as is), ending its line. One mid-line is the summary's own text (a memory
+# about a parser of such tags), and nothing before it is cut.
+_REASONING_END = re.compile(r"</(think|thinking|reasoning)\s*>[ \t]*(?:\r?\n|\Z)",
+                            re.IGNORECASE)
 _REASONING_START = re.compile(r"<(think|thinking|reasoning)>", re.IGNORECASE)
 
 

@@ -168,7 +168,8 @@ async def test_garbage_is_a_bad_response_and_is_not_retried(
     assert len(server.requests) == 1
 
 
-@pytest.mark.parametrize("finish_reason", ["length", "content_filter"])
+@pytest.mark.parametrize("finish_reason", ["length", "content_filter", "MAX_TOKENS", "SAFETY",
+                                           "max_tokens"])
 async def test_an_answer_cut_off_or_filtered_is_incomplete_and_not_retried(
     server: FakeLLMServer, client: ChatCompletionsClient, finish_reason: str
 ) -> None:
@@ -192,6 +193,22 @@ async def test_an_answer_ended_otherwise_is_the_answer(
     server.script(Garbage(json.dumps({"choices": [choice]})))
 
     assert await client.complete("s", "u") == "Summary: u"
+
+
+@pytest.mark.parametrize("finish_reason", [{"x": 1}, ["length"], 3])
+async def test_a_finish_reason_that_is_not_text_is_a_bad_response(
+    server: FakeLLMServer, client: ChatCompletionsClient, finish_reason: object
+) -> None:
+    """A re-probe: `finish in INCOMPLETE` raised TypeError (unhashable), which failed a
+    whole consolidation run instead of falling back."""
+    choice = {"index": 0, "message": {"role": "assistant", "content": "- x"},
+              "finish_reason": finish_reason}
+    server.script(Garbage(json.dumps({"choices": [choice]})))
+
+    with pytest.raises(LLMError) as caught:
+        await client.complete("s", "u")
+
+    assert caught.value.code == "llm_bad_response"
 
 
 async def test_a_reasoning_models_thinking_parts_are_left_out(

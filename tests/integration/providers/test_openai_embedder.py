@@ -516,6 +516,44 @@ async def test_options_the_endpoint_refuses_are_left_out_once_it_answers_without
     assert_close([second], [unit(raw_vector("what does Alice like"))])
 
 
+async def test_a_refusal_not_about_the_options_is_asked_without_them_once_only(
+    server: FakeEmbeddingsServer, embedder: OpenAIEmbedder
+) -> None:
+    """A re-probe: a wrong model's 400 cost every call two requests, for ever."""
+    server.default = Fail(400)
+
+    for _ in range(3):
+        with pytest.raises(EmbeddingError):
+            await embedder.embed(["hello"])
+
+    assert ["dimensions" in r.body for r in server.requests] == [True, False, True, True]
+
+
+async def test_a_failure_of_the_request_without_options_says_more_and_is_told(
+    server: FakeEmbeddingsServer, embedder: OpenAIEmbedder
+) -> None:
+    """A re-probe: the first 400 stood whatever came next, so an endpoint answering 503
+    with a Retry-After was told as a broken upstream (502)."""
+    server.script(Fail(400), Fail(503, retry_after="20"))
+
+    with pytest.raises(EmbeddingError) as caught:
+        await embedder.embed(["hello"])
+
+    assert (caught.value.code, caught.value.status, caught.value.retry_after) == (
+        "embedding_unavailable", 503, 20)
+
+
+async def test_the_wait_a_client_is_told_is_at_most_an_hour(
+    server: FakeEmbeddingsServer, embedder: OpenAIEmbedder
+) -> None:
+    server.default = Fail(503, retry_after_ms="1e12")
+
+    with pytest.raises(EmbeddingError) as caught:
+        await embedder.embed(["hello"])
+
+    assert caught.value.retry_after == 3600
+
+
 async def test_a_batch_refused_as_too_large_goes_in_halves(
     server: FakeEmbeddingsServer, embedder: OpenAIEmbedder
 ) -> None:
