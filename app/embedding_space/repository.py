@@ -20,6 +20,7 @@ SERVICE_CONNECTIONS = """
 SELECT application_name, count(*) FROM pg_stat_activity
 WHERE datname = current_database() AND pid <> pg_backend_pid()
   AND application_name LIKE 'engram%' AND application_name <> 'engram-cli'
+  AND NOT (:unblocked AND pg_backend_pid() = ANY(pg_blocking_pids(pid)))
 GROUP BY application_name ORDER BY application_name
 """
 
@@ -126,6 +127,8 @@ class EmbeddingSpaceRepository:
         await self.create_vector_index()
         await self._conn.execute(text("VACUUM (ANALYZE) memories"))
 
-    async def service_connections(self) -> list[tuple[str, int]]:
-        rows = await self._conn.execute(text(SERVICE_CONNECTIONS))
+    async def service_connections(self, *, unblocked: bool = False) -> list[tuple[str, int]]:
+        """The service's connections by name; `unblocked`: less those waiting on a lock
+        this connection holds (another replica's start, waiting for this one's)."""
+        rows = await self._conn.execute(text(SERVICE_CONNECTIONS), {"unblocked": unblocked})
         return [(row[0], int(row[1])) for row in rows]

@@ -94,9 +94,11 @@ async def _refuse_adopting_beside_a_replica(repo: EmbeddingSpaceRepository, stor
                                             configured: str) -> None:
     """A replica still serving writes with the recorded model, memories or not: adopted
     beside it, the two wrote vectors of two models under one record, and a search ranked
-    the other's at random (an exploratory probe of two replicas)."""
+    the other's at random (an exploratory probe of two replicas). A replica starting at
+    the same moment waits for this start's lock, and is not one: it checks once this one
+    has committed (a re-probe: two replicas of the same new model refused each other)."""
     deadline = time.monotonic() + ADOPT_WAIT_SECONDS
-    while running := await repo.service_connections():
+    while running := await repo.service_connections(unblocked=True):
         if time.monotonic() >= deadline:
             names = ", ".join(f"{name} ({count})" for name, count in running)
             raise VectorSpaceMismatch(

@@ -5,6 +5,7 @@ runs. Each test has a database of its own: the space is one row for a whole data
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -176,6 +177,23 @@ async def test_another_model_is_not_adopted_beside_a_replica_of_the_recorded_one
 
     assert await space_row(own_db) == before
     await check_on_start(own_db.engine, OtherModel())
+    assert (await space_row(own_db))[:3] == ("other-model", None, None)
+
+
+async def test_two_replicas_of_one_new_model_starting_together_both_start(
+        own_db: Resources) -> None:
+    """A re-probe: the second replica, waiting for the first's lock on the record, was
+    taken for one serving with the recorded model, and the first refused to start."""
+    await check_on_start(own_db.engine, own_db.embedder)
+    url = own_db.settings.database_url
+    assert url is not None
+    replicas = [create_engine(url, own_db.settings) for _ in range(2)]  # named "engram"
+    try:
+        await asyncio.gather(*(check_on_start(engine, OtherModel()) for engine in replicas))
+    finally:
+        for engine in replicas:
+            await engine.dispose()
+
     assert (await space_row(own_db))[:3] == ("other-model", None, None)
 
 
