@@ -11,7 +11,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 import httpx
@@ -46,6 +46,8 @@ class EmbeddingError(ProviderError):
         # Told to the client (Retry-After) when waiting helps: an endpoint out of reach
         # or rate limiting.
         self.retry_after = retry_after
+        # Of a text refused alone (embedding_input_too_large): its place in the call.
+        self.input_index: int | None = None
 
 
 PROBE_TEXT = "Engram checks that its embeddings endpoint answers."
@@ -97,8 +99,20 @@ class OpenAIEmbedder:
 
     async def embed(self, texts: Sequence[str]) -> list[Vector]:
         out: list[Vector] = []
-        for start in range(0, len(texts), self._batch_size):
-            out.extend(await self._embed_chunk(list(texts[start : start + self._batch_size])))
+        try:
+            for start in range(0, len(texts), self._batch_size):
+                out.extend(await _placed(
+                    self._embed_chunk(list(texts[start : start + self._batch_size])), start))
+        except EmbeddingError as exc:
+            if exc.input_index is None or len(texts) == 1:
+                raise
+            # Which of a batch's texts: a batch write is refused whole, and its client
+            # had no way to tell which item to shorten (a re-probe).
+            told = EmbeddingError(f"{exc.detail} (text {exc.input_index + 1} of the "
+                                  f"{len(texts)} sent, counted from 1)", code=exc.code,
+                                  status=exc.status, retry_after=exc.retry_after)
+            told.input_index = exc.input_index
+            raise told from exc
         return out
 
     async def embed_query(self, text: str) -> Vector:
@@ -193,7 +207,8 @@ class OpenAIEmbedder:
         log.warning("the embeddings API refused %d inputs as too large (413); sending "
                     "them in halves (ENGRAM_EMBEDDER_BATCH_SIZE sets how many go at once)",
                     len(texts))
-        return [*await self._embed_chunk(texts[:half]), *await self._embed_chunk(texts[half:])]
+        return [*await self._embed_chunk(texts[:half]),
+                *await _placed(self._embed_chunk(texts[half:]), half)]
 
     async def _without_options(self, texts: list[str], error: EmbeddingError) -> list[Vector]:
         """A 400 or 422 to a request with `dimensions` and `encoding_format`: vLLM
@@ -246,6 +261,16 @@ class OpenAIEmbedder:
         await self._client.aclose()
 
 
+async def _placed(call: Awaitable[list[Vector]], offset: int) -> list[Vector]:
+    """`call`'s vectors; a text it refused alone is placed `offset` further on."""
+    try:
+        return await call
+    except EmbeddingError as exc:
+        if exc.input_index is not None:
+            exc.input_index += offset
+        raise
+
+
 def _answered(status: int, retry_after: float | None, inputs: int) -> EmbeddingError:
     wait = min(max(1, math.ceil(retry_after or 1)), MAX_TOLD_RETRY_AFTER)
     if status == 429:
@@ -260,9 +285,11 @@ def _answered(status: int, retry_after: float | None, inputs: int) -> EmbeddingE
     if status == 413 and inputs == 1:
         # A text past the model's input (TEI refuses, where the local model truncates):
         # no retry will take it, and a 502 is retried by clients for ever.
-        return EmbeddingError("the embeddings API refused the text as too large for its "
-                              "model (413); shorten it, or have the endpoint truncate",
-                              code="embedding_input_too_large", status=422)
+        refused = EmbeddingError("the embeddings API refused the text as too large for "
+                                 "its model (413); shorten it, or have the endpoint "
+                                 "truncate", code="embedding_input_too_large", status=422)
+        refused.input_index = 0
+        return refused
     return EmbeddingError(f"the embeddings API answered {status}",
                           code="embedding_upstream_error", status=502)
 

@@ -82,6 +82,14 @@ class BatchLimit:
 
 
 @dataclass(frozen=True)
+class RefuseText:
+    """TEI's 413 for a call holding a text with `marker` (one past the model's input),
+    else Succeed."""
+
+    marker: str
+
+
+@dataclass(frozen=True)
 class Trickle:
     """A 200 whose body comes a byte every `every` seconds."""
 
@@ -144,7 +152,8 @@ class Booleans:
 
 
 Behaviour = (Succeed | Fail | Hang | Garbage | NoData | WrongDims | Fewer | ZeroVector | Indexed
-             | Scaled | Booleans | RefuseOptions | BatchLimit | Trickle | HugeNumber)
+             | Scaled | Booleans | RefuseOptions | BatchLimit | RefuseText | Trickle
+             | HugeNumber)
 
 
 @dataclass(frozen=True)
@@ -240,6 +249,12 @@ class _Handler(BaseHTTPRequestHandler):
                 if len(inputs) > limit:
                     self._send(413, b'{"error": "batch size too large", '
                                     b'"error_type": "Validation"}')
+                else:
+                    self._embeddings([raw_vector(t) for t in inputs])
+            case RefuseText(marker=marker):
+                if any(marker in t for t in inputs):
+                    self._send(413, b'{"error": "Input validation error: `inputs` must have '
+                                    b'less than 512 tokens", "error_type": "Validation"}')
                 else:
                     self._embeddings([raw_vector(t) for t in inputs])
             case Trickle(every=every):
@@ -577,6 +592,25 @@ async def test_one_text_refused_as_too_large_is_a_422_not_a_broken_upstream(
 
     assert (caught.value.code, caught.value.status) == ("embedding_input_too_large", 422)
     assert len(server.requests) == 1
+
+
+async def test_a_text_refused_as_too_large_in_a_batch_is_named_by_its_place(
+    server: FakeEmbeddingsServer,
+) -> None:
+    """A re-probe: one too-long text among 64 failed the batch write with no word of
+    which item to shorten."""
+    server.default = RefuseText("LONG")
+    texts = ["one", "two", "three", "LONG four", "five"]
+    embedder = make_embedder(server.base_url, batch_size=2)
+    try:
+        with pytest.raises(EmbeddingError) as caught:
+            await embedder.embed(texts)
+    finally:
+        await embedder.aclose()
+
+    assert (caught.value.code, caught.value.status) == ("embedding_input_too_large", 422)
+    assert caught.value.input_index == 3
+    assert "(text 4 of the 5 sent, counted from 1)" in caught.value.detail
 
 
 async def test_an_answer_trickling_past_the_timeout_is_cut_at_it(
