@@ -58,9 +58,12 @@ async def refuse_while_serving(repo: EmbeddingSpaceRepository, why: str) -> None
     """Raise ServiceRunning, saying `why` it matters, when the service is connected."""
     running = await repo.service_connections()
     if running:
-        names = ", ".join(f"{name} ({count})" for name, count in running)
-        raise ServiceRunning(f"the service is connected to this database ({names}); stop "
-                             f"every replica first, {why}")
+        raise ServiceRunning(f"the service is connected to this database "
+                             f"({_named(running)}); stop every replica first, {why}")
+
+
+def _named(connections: list[tuple[str, int]]) -> str:
+    return ", ".join(f"{name} ({count})" for name, count in connections)
 
 
 async def check_on_start(engine: AsyncEngine, embedder: Embedder) -> None:
@@ -100,10 +103,9 @@ async def _refuse_adopting_beside_a_replica(repo: EmbeddingSpaceRepository, stor
     deadline = time.monotonic() + ADOPT_WAIT_SECONDS
     while running := await repo.service_connections(unblocked=True):
         if time.monotonic() >= deadline:
-            names = ", ".join(f"{name} ({count})" for name, count in running)
             raise VectorSpaceMismatch(
                 f"the stored vectors are recorded as {stored}'s, and the service is "
-                f"connected to this database ({names}), writing with it; a start with "
+                f"connected to this database ({_named(running)}), writing with it; a start with "
                 f"{configured} beside it would mix vectors of two models. Configure the "
                 f"embedder of {stored}, or stop every replica, then start with {configured}")
         await asyncio.sleep(0.1)
