@@ -1031,3 +1031,25 @@ async def test_a_failing_endpoint_is_said_at_start_in_one_warning(
         await probe_embedder(embedder)
     assert not [r for r in caplog.records if "failed a probe" in r.getMessage()]
     assert len(await embedder.embed(["hello"])) == 1
+
+
+async def test_the_start_warning_leaves_the_urls_credentials_out(
+    server: FakeEmbeddingsServer, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A re-probe: the warning named the endpoint with its `user:password@` and its
+    `?api-key=` in clear (the log filter covers the HTTP clients' own lines only)."""
+    server.script(Fail(401))
+    secret = server.base_url.replace("http://", "http://svc:PASSWORDX@") + "?api-key=KEYX"
+    embedder = make_embedder(secret)
+    try:
+        with caplog.at_level(logging.WARNING):
+            await probe_embedder(embedder)
+    finally:
+        await embedder.aclose()
+
+    [line] = [r.getMessage() for r in caplog.records if "failed a probe at start" in
+              r.getMessage()]
+    assert "PASSWORDX" not in line
+    assert "KEYX" not in line
+    assert "http://<redacted>@127.0.0.1" in line
+    assert server.requests[0].query == "api-key=KEYX"  # still sent as given
