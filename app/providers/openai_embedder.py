@@ -174,12 +174,14 @@ class OpenAIEmbedder:
                             answer_preview(response.text, limit=500,
                                            api_key=self._api_key))
                 retry_after = retry_after_seconds(response)
-                error = _answered(response.status_code, retry_after, len(texts))
+                too_large = _too_large(response)
+                error = _answered(response.status_code, retry_after, len(texts), too_large)
                 if response.status_code not in RETRYABLE_STATUS:
                     _count(started, error.code)
-                    if response.status_code == 413 and len(texts) > 1:
-                        return await self._split(texts)
-                    if response.status_code in (400, 422) and options and not self._asked_without:
+                    if too_large and len(texts) > 1:
+                        return await self._split(texts, response.status_code)
+                    if (response.status_code in (400, 422) and not too_large and options
+                            and not self._asked_without):
                         return await self._without_options(texts, error)
                     raise error
             _count(started, error.code)
@@ -199,14 +201,15 @@ class OpenAIEmbedder:
             await asyncio.sleep(delay)
             attempt += 1
 
-    async def _split(self, texts: list[str]) -> list[Vector]:
+    async def _split(self, texts: list[str], status: int) -> list[Vector]:
         """A batch the endpoint refused as too large (413: TEI's limit of 32 inputs
-        against this client's 64, or one text past the model's): in halves, so a batch
-        goes through in what the endpoint takes and a too-long text is refused alone."""
+        against this client's 64; or one text past the model's, OpenAI's and vLLM's 400
+        too): in halves, so a batch goes through in what the endpoint takes and a
+        too-long text is refused alone."""
         half = len(texts) // 2
-        log.warning("the embeddings API refused %d inputs as too large (413); sending "
+        log.warning("the embeddings API refused %d inputs as too large (%d); sending "
                     "them in halves (ENGRAM_EMBEDDER_BATCH_SIZE sets how many go at once)",
-                    len(texts))
+                    len(texts), status)
         return [*await self._embed_chunk(texts[:half]),
                 *await _placed(self._embed_chunk(texts[half:]), half)]
 
@@ -271,7 +274,20 @@ async def _placed(call: Awaitable[list[Vector]], offset: int) -> list[Vector]:
         raise
 
 
-def _answered(status: int, retry_after: float | None, inputs: int) -> EmbeddingError:
+CONTEXT_LENGTH = "maximum context length"
+"""How OpenAI and vLLM word the 400 to a text past the model's input ("This model's
+maximum context length is 8192 tokens, however you requested ...")."""
+
+
+def _too_large(response: httpx.Response) -> bool:
+    """An answer refusing the input as too large: TEI's 413, OpenAI's and vLLM's 400."""
+    if response.status_code == 413:
+        return True
+    return response.status_code == 400 and CONTEXT_LENGTH in response.text[:2000].lower()
+
+
+def _answered(status: int, retry_after: float | None, inputs: int,
+              too_large: bool = False) -> EmbeddingError:
     wait = min(max(1, math.ceil(retry_after or 1)), MAX_TOLD_RETRY_AFTER)
     if status == 429:
         # The endpoint's limit, not a fault: 503 with its Retry-After, so a client backs
@@ -282,11 +298,11 @@ def _answered(status: int, retry_after: float | None, inputs: int) -> EmbeddingE
         # Unavailable for now (TEI and Ollama while their model loads), as it says.
         return EmbeddingError("the embeddings API is unavailable for now (503)",
                               code="embedding_unavailable", status=503, retry_after=wait)
-    if status == 413 and inputs == 1:
-        # A text past the model's input (TEI refuses, where the local model truncates):
-        # no retry will take it, and a 502 is retried by clients for ever.
-        refused = EmbeddingError("the embeddings API refused the text as too large for "
-                                 "its model (413); shorten it, or have the endpoint "
+    if too_large and inputs == 1:
+        # A text past the model's input (TEI, OpenAI and vLLM refuse, where the local
+        # model truncates): no retry will take it, and a 502 is retried for ever.
+        refused = EmbeddingError(f"the embeddings API refused the text as too large for "
+                                 f"its model ({status}); shorten it, or have the endpoint "
                                  "truncate", code="embedding_input_too_large", status=422)
         refused.input_index = 0
         return refused

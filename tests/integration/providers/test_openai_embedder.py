@@ -84,9 +84,10 @@ class BatchLimit:
 @dataclass(frozen=True)
 class RefuseText:
     """TEI's 413 for a call holding a text with `marker` (one past the model's input),
-    else Succeed."""
+    else Succeed; OpenAI's and vLLM's 400 with `openai`."""
 
     marker: str
+    openai: bool = False
 
 
 @dataclass(frozen=True)
@@ -251,8 +252,12 @@ class _Handler(BaseHTTPRequestHandler):
                                     b'"error_type": "Validation"}')
                 else:
                     self._embeddings([raw_vector(t) for t in inputs])
-            case RefuseText(marker=marker):
-                if any(marker in t for t in inputs):
+            case RefuseText(marker=marker, openai=openai):
+                if any(marker in t for t in inputs) and openai:
+                    self._send(400, b'{"error": {"message": "This model\'s maximum context '
+                                    b'length is 8192 tokens, however you requested 9000 '
+                                    b'tokens", "type": "invalid_request_error"}}')
+                elif any(marker in t for t in inputs):
                     self._send(413, b'{"error": "Input validation error: `inputs` must have '
                                     b'less than 512 tokens", "error_type": "Validation"}')
                 else:
@@ -594,12 +599,14 @@ async def test_one_text_refused_as_too_large_is_a_422_not_a_broken_upstream(
     assert len(server.requests) == 1
 
 
+@pytest.mark.parametrize("openai", [False, True], ids=["tei-413", "openai-400"])
 async def test_a_text_refused_as_too_large_in_a_batch_is_named_by_its_place(
-    server: FakeEmbeddingsServer,
+    server: FakeEmbeddingsServer, openai: bool,
 ) -> None:
     """A re-probe: one too-long text among 64 failed the batch write with no word of
-    which item to shorten."""
-    server.default = RefuseText("LONG")
+    which item to shorten. OpenAI and vLLM refuse it with a 400 that says so, which was a
+    502, asked again without `dimensions` first."""
+    server.default = RefuseText("LONG", openai=openai)
     texts = ["one", "two", "three", "LONG four", "five"]
     embedder = make_embedder(server.base_url, batch_size=2)
     try:
@@ -611,6 +618,7 @@ async def test_a_text_refused_as_too_large_in_a_batch_is_named_by_its_place(
     assert (caught.value.code, caught.value.status) == ("embedding_input_too_large", 422)
     assert caught.value.input_index == 3
     assert "(text 4 of the 5 sent, counted from 1)" in caught.value.detail
+    assert all("dimensions" in r.body for r in server.requests)
 
 
 async def test_an_answer_trickling_past_the_timeout_is_cut_at_it(
@@ -841,6 +849,8 @@ FAILURES = [  # (what the endpoint does, the status, the code, the Retry-After t
     pytest.param(Fail(503, retry_after="20"), 503, "embedding_unavailable", "20",
                  id="model-loading"),
     pytest.param(Fail(413), 422, "embedding_input_too_large", None, id="too-large"),
+    pytest.param(RefuseText("Alice", openai=True), 422, "embedding_input_too_large", None,
+                 id="past-the-context-length"),
 ]
 
 
