@@ -265,13 +265,15 @@ class ConsolidationRepository:
         folded = next(i for i in ids if i in set(row.summary_of))
         return Refolded(folded, row.id, row.consolidation_id)
 
-    async def folded_over(self, ids: Sequence[uuid.UUID], run_id: uuid.UUID
-                          ) -> Refolded | None:
+    async def folded_over(self, ids: Sequence[uuid.UUID], run_id: uuid.UUID,
+                          since: datetime) -> Refolded | None:
         """An archived summary of some of `ids` (memories run `run_id` archived) that
-        another run's active summary folds: an archive run folds a summary whose sources
-        are all archived (GroupWriter.superseded_summaries), and bringing `ids` back
-        would leave that summary standing, through the one folding it, for active
-        memories."""
+        another run's active summary, written after `since` (the run), folds: an archive
+        run folds a summary whose sources are all archived
+        (GroupWriter.superseded_summaries), and bringing `ids` back would leave that
+        summary standing, through the one folding it, for active memories. One written
+        before the run stood so before it too, and a revert brings that state back (a
+        re-probe: a chain of three automatic summaries refused its revert)."""
         folder = aliased(Memory)
         stmt = (select(Memory.id, folder.id, folder.consolidation_id)
                 .join(folder, and_(folder.tenant_id == Memory.tenant_id,
@@ -281,7 +283,8 @@ class ConsolidationRepository:
                 .where(Memory.tenant_id == self.tenant_id, Memory.fact_role == "summary",
                        Memory.archived_at.is_not(None),
                        Memory.summary_of.op("&&")(array(list(ids))),
-                       folder.consolidation_id.is_distinct_from(run_id))
+                       folder.consolidation_id.is_distinct_from(run_id),
+                       folder.created_at > since)
                 .limit(1))
         row = (await self.session.execute(stmt)).first()
         return None if row is None else Refolded(row[0], row[1], row[2])
@@ -313,8 +316,10 @@ class ConsolidationRepository:
                                     Memory.consolidation_id == run_id)
         return (await self.session.execute(stmt)).rowcount  # type: ignore[attr-defined, no-any-return]
 
-    async def restore(self, ids: Sequence[uuid.UUID], run_id: uuid.UUID) -> int:
-        stmt = unarchive(self.tenant_id, ids, run_id)
+    async def restore(self, ids: Sequence[uuid.UUID], run_id: uuid.UUID,
+                      since: datetime) -> int:
+        """Bring back what the run (begun at `since`) archived (memories.unarchive)."""
+        stmt = unarchive(self.tenant_id, ids, run_id, since)
         return (await self.session.execute(stmt)).rowcount  # type: ignore[attr-defined, no-any-return]
 
     async def summaries_of_run(self, run_id: uuid.UUID) -> list[tuple[uuid.UUID, str, list[Any]]]:

@@ -159,7 +159,8 @@ class ConsolidationService:
                            f"into summary {later.by_summary} by run {later.by_run}; revert "
                            f"that run first, or delete that summary (DELETE /v1/memories/"
                            f"{later.by_summary}) to revert this one all the same")
-        over = await self.repository.folded_over(removed, run_id) if removed else None
+        over = (await self.repository.folded_over(removed, run_id, run.created_at)
+                if removed else None)
         if over is not None:
             raise Conflict(f"summary {over.summary_id} of memories this run archived has "
                            f"since been folded into summary {over.by_summary} by run "
@@ -175,7 +176,7 @@ class ConsolidationService:
                            "that run first, or delete that summary (DELETE /v1/memories/"
                            f"{again.by_summary}) to revert this one all the same")
         await self.repository.delete_summaries(summary_ids, run_id)
-        await self.repository.restore(removed, run_id)
+        await self.repository.restore(removed, run_id, run.created_at)
         values: dict[str, Any] = {"reverted_at": func.now()}
         await self.repository.update_run(run_id, values)
         return to_result(await self._get(run_id))

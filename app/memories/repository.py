@@ -31,6 +31,7 @@ from sqlalchemy import (
     or_,
     select,
     text,
+    true,
     tuple_,
     update,
 )
@@ -652,19 +653,23 @@ def among(ids: Sequence[uuid.UUID]) -> ColumnElement[bool]:
     return Memory.id == any_(uuid_array(ids))
 
 
-def unarchive(tenant_id: uuid.UUID, ids: Sequence[uuid.UUID], run_id: uuid.UUID | None) -> Any:
+def unarchive(tenant_id: uuid.UUID, ids: Sequence[uuid.UUID], run_id: uuid.UUID | None,
+              since: datetime | None = None) -> Any:
     """Bring back those of `ids` the run `run_id` archived, as a revert of it does: the
     facts it archived (they carry its id) and any prior summary it folded (which keeps
     the id of the run that wrote it, so which run archived it is not recorded) unless an
     active summary folds it now: a later run archived it again, and bringing it back
-    would serve it beside the summary standing for it. Call it after the summaries that
-    go are deleted."""
+    would serve it beside the summary standing for it. With `since` (the run's start),
+    only a summary written after it is such a later one: one written before stood beside
+    the prior summary before the run too (an automatic summary of it). Call it after the
+    summaries that go are deleted."""
     folder = aliased(Memory)
     folded_now = (select(folder.id)
                   .where(folder.tenant_id == tenant_id, folder.fact_role == "summary",
                          folder.archived_at.is_(None),
                          # ix_memories_summary_of (GIN) serves @>, not = ANY.
-                         folder.summary_of.op("@>")(array([Memory.id])))
+                         folder.summary_of.op("@>")(array([Memory.id])),
+                         true() if since is None else folder.created_at > since)
                   .exists())
     return (update(Memory)
             .where(Memory.tenant_id == tenant_id, among(ids), Memory.archived_at.is_not(None),

@@ -551,3 +551,35 @@ async def test_an_archive_run_folds_a_live_summary_of_a_summary_it_folds(
     assert resp.status_code == 200, resp.text
     assert await active_ids(client, user_id="u1") == {*ids, s1["summary_id"],
                                                       s2["summary_id"]}
+
+
+async def test_a_revert_is_not_refused_over_a_summary_older_than_the_run(
+    client: httpx.AsyncClient,
+) -> None:
+    """A re-probe: S3, the last of three automatic summaries (each of the one before and
+    later memories), also stood for the memory an archive run then kept, so it stayed
+    live over S2, which the run folded. The revert was refused as if a later run had
+    folded S2, though S3 predates the run and the revert brings back the state it was
+    written in."""
+    ids = await seed(client, [memory(f"gym note {i}", i) for i in range(4)])
+    earlier = [(await consolidate(client, user_id="u1", mode="synthesize_only"))["groups"][0]]
+    for first in (4, 6):
+        ids += await seed(client, [memory(f"gym note {first}", first),
+                                   memory(f"gym note {first + 1}", first + 1, importance=1.0)])
+        earlier += (await consolidate(client, user_id="u1", mode="synthesize_only",
+                                      include_summaries=True))["groups"]
+    s1, s2, s3 = (group["summary_id"] for group in earlier)
+    assert {s2, ids[5]} <= set(earlier[2]["folded_ids"])
+    # The run keeps ids[5], which S3 stands for: S3 stays live over S2.
+    assert (await client.patch(f"/v1/memories/{ids[7]}", json={"importance": 0.1})
+            ).status_code == 200
+    run = await consolidate(client, user_id="u1", mode="archive")
+    (group,) = run["groups"]
+    assert group["kept_id"] == ids[5]
+    assert {s1, s2} <= set(group["removed_ids"])
+    assert s3 in await active_ids(client, user_id="u1")
+
+    resp = await client.post(f"/v1/consolidations/{run['id']}/revert")
+
+    assert resp.status_code == 200, resp.text
+    assert await active_ids(client, user_id="u1") == {*ids, s1, s2, s3}
