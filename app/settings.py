@@ -12,6 +12,8 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.providers.key_header import BEARER, is_header_name
+
 EMBEDDING_DIMENSIONS = 384
 """The width of the `embedding` column; every embedder must produce it."""
 
@@ -126,6 +128,9 @@ class Settings(BaseSettings):
     model_cache_dir: Path | None = None
     openai_base_url: str = "https://api.openai.com/v1"
     openai_api_key: SecretStr | None = None
+    # The header the key is sent in: Authorization (as "Bearer <key>"), or another name
+    # that takes the key as is, such as Azure OpenAI's classic `api-key`.
+    openai_api_key_header: str = BEARER
     # Recorded as the stored vectors' model: empty, it would read as "none recorded" and
     # let any other embedder start over them.
     openai_embedding_model: str = Field(default="text-embedding-3-small", min_length=1)
@@ -225,6 +230,7 @@ class Settings(BaseSettings):
     llm_base_url: str | None = None
     llm_model: str = "gpt-4o-mini"
     llm_api_key: SecretStr | None = None
+    llm_api_key_header: str = BEARER
     llm_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
     llm_max_retries: int = Field(default=2, ge=0, le=10)
     llm_max_concurrency: int = Field(default=4, ge=1, le=64)
@@ -298,6 +304,14 @@ class Settings(BaseSettings):
     @classmethod
     def _check_model_cache_dir(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("openai_api_key_header", "llm_api_key_header")
+    @classmethod
+    def _check_key_header(cls, value: str) -> str:
+        if not is_header_name(value):
+            raise ValueError("must be an HTTP header's name (letters, digits and "
+                             "!#$%&'*+-.^_`|~), such as Authorization or api-key")
+        return value
 
     @field_validator("llm_base_url")
     @classmethod

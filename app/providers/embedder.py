@@ -63,6 +63,7 @@ def build_embedder(settings: Settings) -> Embedder:
             api_key=(
                 settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
             ),
+            key_header=settings.openai_api_key_header,
             dimensions=EMBEDDING_DIMENSIONS,
             timeout=settings.openai_timeout_seconds,
             max_retries=settings.openai_max_retries,

@@ -22,6 +22,7 @@ import httpx
 from app.errors import ProviderError
 from app.providers.answer_preview import answer_preview
 from app.providers.endpoint_url import endpoint_url
+from app.providers.key_header import BEARER, key_headers
 from app.providers.retry_after import retry_after_seconds
 from app.service.metrics import LLM_CALLS, LLM_SECONDS
 from app.service.request_id import outgoing
@@ -91,6 +92,7 @@ class ChatCompletionsClient:
         base_url: str,
         model: str,
         api_key: str | None = None,
+        key_header: str = BEARER,
         timeout: float = 30.0,
         max_retries: int = 2,
         backoff_base: float = 0.5,
@@ -117,7 +119,7 @@ class ChatCompletionsClient:
         self._backoff_max = backoff_max
         self._temperature = temperature
         self._max_tokens = max_tokens
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._headers = key_headers(api_key, key_header)
         self._api_key = api_key
         self._owns_client = http_client is None
         self._client = http_client or httpx.AsyncClient(timeout=timeout)
@@ -302,6 +304,7 @@ def build_llm_client(settings: Settings) -> ChatCompletionsClient | None:
         base_url=settings.llm_base_url,
         model=settings.llm_model,
         api_key=key,
+        key_header=settings.llm_api_key_header,
         timeout=settings.llm_timeout_seconds,
         max_retries=settings.llm_max_retries,
         max_in_flight=settings.llm_max_in_flight,

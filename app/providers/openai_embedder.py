@@ -20,6 +20,7 @@ from app.errors import ProviderError
 from app.providers.answer_preview import answer_preview
 from app.providers.embedder import Vector
 from app.providers.endpoint_url import endpoint_url
+from app.providers.key_header import BEARER, key_headers
 from app.providers.retry_after import retry_after_seconds
 from app.service.log_format import redact_urls
 from app.service.metrics import EMBEDDING_CALLS, EMBEDDING_SECONDS
@@ -63,6 +64,7 @@ class OpenAIEmbedder:
         model: str,
         api_key: str | None,
         dimensions: int,
+        key_header: str = BEARER,
         timeout: float = 10.0,
         max_retries: int = 2,
         batch_size: int = 256,
@@ -77,7 +79,7 @@ class OpenAIEmbedder:
         self._backoff_base = backoff_base
         self._timeout = timeout
         self._url = endpoint_url(base_url, "embeddings")
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._headers = key_headers(api_key, key_header)
         self._api_key = api_key
         # `dimensions` and `encoding_format` are sent until the endpoint refuses them
         # and answers without them (see _without_options), which is asked once.

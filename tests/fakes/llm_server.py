@@ -102,6 +102,8 @@ class RecordedRequest:
     authorization: str | None
     body: Any
     request_id: str | None = None
+    # Azure OpenAI's classic header for the key.
+    api_key: str | None = None
 
     @property
     def messages(self) -> list[dict[str, str]]:
@@ -202,7 +204,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         fake = self.server.fake
         behaviour = fake._next(RecordedRequest(self.path, self.headers.get("Authorization"), body,
-                                                   self.headers.get("X-Request-ID")))
+                                                   self.headers.get("X-Request-ID"),
+                                                   self.headers.get("api-key")))
         with fake._lock:
             fake.in_flight += 1
             fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)

@@ -14,8 +14,9 @@ import pytest
 
 from app.consolidation.ops import LLMSynthesis
 from app.consolidation.types import Entry, OpContext
-from app.providers.llm import MAX_ANSWER_BYTES, ChatCompletionsClient, LLMError
+from app.providers.llm import MAX_ANSWER_BYTES, ChatCompletionsClient, LLMError, build_llm_client
 from app.service.log_format import configure
+from app.settings import Settings
 from tests.conftest import sample
 from tests.fakes.llm_server import (
     Deterministic,
@@ -48,6 +49,36 @@ async def client(server: FakeLLMServer) -> AsyncIterator[ChatCompletionsClient]:
         backoff_base=0.01,
     ) as llm:
         yield llm
+
+
+async def test_a_key_header_named_in_settings_carries_the_key_as_is(
+    server: FakeLLMServer,
+) -> None:
+    """Azure OpenAI's classic deployment endpoints take the key in `api-key`, with no
+    scheme, and no Authorization header."""
+    settings = Settings(llm_base_url=server.base_url, llm_api_key="sk-azure",
+                        llm_api_key_header="api-key")
+    llm = build_llm_client(settings)
+    assert llm is not None
+    async with llm:
+        await llm.complete("be brief", "- one")
+
+    [request] = server.requests
+    assert request.api_key == "sk-azure"
+    assert request.authorization is None
+
+
+async def test_the_default_key_header_of_the_settings_is_a_bearer_authorization(
+    server: FakeLLMServer,
+) -> None:
+    llm = build_llm_client(Settings(llm_base_url=server.base_url, llm_api_key="sk-test"))
+    assert llm is not None
+    async with llm:
+        await llm.complete("be brief", "- one")
+
+    [request] = server.requests
+    assert request.authorization == "Bearer sk-test"
+    assert request.api_key is None
 
 
 async def test_answers_and_sends_an_openai_shaped_request(

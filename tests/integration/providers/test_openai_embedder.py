@@ -21,12 +21,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 from sqlalchemy import select
 
 from app.models import Memory
-from app.providers.embedder import probe_embedder
+from app.providers.embedder import build_embedder, probe_embedder
 from app.providers.openai_embedder import EmbeddingError, OpenAIEmbedder
 from app.resources import Resources
+from app.settings import Settings
 from tests.conftest import create_tenant_key, make_client, sample
 
 DIMS = 384
@@ -164,6 +166,8 @@ class Recorded:
     body: Any
     request_id: str | None = None
     query: str = ""
+    # Azure OpenAI's classic header for the key.
+    api_key: str | None = None
 
 
 class FakeEmbeddingsServer:
@@ -228,7 +232,8 @@ class _Handler(BaseHTTPRequestHandler):
         self._body = body
         fake = self.server.fake
         behaviour = fake.next(Recorded(path, self.headers.get("Authorization"), body,
-                                       self.headers.get("X-Request-ID"), query))
+                                       self.headers.get("X-Request-ID"), query,
+                                       self.headers.get("api-key")))
         # A client that timed out has gone away; nothing to tell it.
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             self._answer(behaviour, body["input"])
@@ -419,6 +424,51 @@ async def test_no_key_sends_no_authorization_header(server: FakeEmbeddingsServer
         await embedder.aclose()
 
     assert server.requests[0].authorization is None
+
+
+@pytest.mark.parametrize("header", ["api-key", "API-Key"])
+async def test_a_key_header_named_in_settings_carries_the_key_as_is(
+    server: FakeEmbeddingsServer, header: str
+) -> None:
+    """Azure OpenAI's classic deployment endpoints take the key in `api-key`, with no
+    scheme, and no Authorization header."""
+    settings = Settings(embedder="openai", openai_base_url=server.base_url,
+                        openai_api_key=API_KEY, openai_embedding_model=MODEL,
+                        openai_api_key_header=header)
+    embedder = build_embedder(settings)
+    try:
+        await embedder.embed(["x"])
+    finally:
+        await embedder.aclose()
+
+    [request] = server.requests
+    assert request.api_key == API_KEY
+    assert request.authorization is None
+
+
+async def test_the_default_key_header_is_a_bearer_authorization(
+    server: FakeEmbeddingsServer,
+) -> None:
+    settings = Settings(embedder="openai", openai_base_url=server.base_url,
+                        openai_api_key=API_KEY, openai_embedding_model=MODEL)
+    embedder = build_embedder(settings)
+    try:
+        await embedder.embed(["x"])
+    finally:
+        await embedder.aclose()
+
+    [request] = server.requests
+    assert request.authorization == f"Bearer {API_KEY}"
+    assert request.api_key is None
+
+
+@pytest.mark.parametrize("header", ["", "api key", "api-key:", "x\nInjected: 1"])
+def test_a_key_header_that_is_no_header_name_is_refused_naming_the_setting(
+    header: str
+) -> None:
+    with pytest.raises(ValidationError) as caught:
+        Settings(embedder="openai", openai_api_key=API_KEY, openai_api_key_header=header)
+    assert caught.value.errors()[0]["loc"] == ("openai_api_key_header",)
 
 
 async def test_a_query_is_one_request_with_the_vector_embed_gives_it(
