@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from app.db import Fetcher
 from app.models import ApiKey, ChatSession, Memory, Tenant
 from app.tenants.rate_limit import RateLimit
+from app.unicode_forms import name_fold
 
 Standing = Literal["active", "suspended", "gone"]
 
@@ -117,12 +118,16 @@ class TenantRepository:
         return (await self.session.scalars(select(Tenant).where(Tenant.name == name))).one()
 
     async def tenant_named_like(self, name: str) -> str | None:
-        """The name of a tenant whose name differs from `name` only in letter case, if
-        any, for a creation that more likely meant that tenant."""
-        return (await self.session.scalars(
-            select(Tenant.name).where(func.lower(Tenant.name) == name.lower(),
-                                      Tenant.name != name)
-            .order_by(Tenant.name).limit(1))).one_or_none()
+        """The name of a tenant whose name differs from `name` only in letter case or
+        Unicode form, if any, for a creation that more likely meant that tenant."""
+        # Folded here, not by PostgreSQL's lower(): that never maps a capital sigma to
+        # the final one, nor folds a composed accent with its decomposed form, so Greek
+        # names ending in sigma, or "Café" typed on two platforms, made two tenants that
+        # look alike (an exploratory probe).
+        wanted = name_fold(name)
+        names = await self.session.scalars(
+            select(Tenant.name).where(Tenant.name != name).order_by(Tenant.name))
+        return next((other for other in names if name_fold(other) == wanted), None)
 
     async def get_tenant(self, name: str) -> Tenant | None:
         return (

@@ -312,13 +312,21 @@ async def test_an_overlong_tenant_name_is_a_one_line_error_not_a_traceback(
     assert "1 to 100 characters" in lines[-1]
 
 
+@pytest.mark.parametrize(("first", "second"), [
+    pytest.param("case-{}", "CASE-{}", id="ascii-case"),
+    # PostgreSQL's lower() never maps a capital sigma to the final one.
+    pytest.param("ΟΔΟΣ-{}", "οδος-{}", id="greek-final-sigma"),
+    pytest.param("izmir-{}", "İZMIR-{}", id="turkish-dotted-capital-i"),
+    pytest.param("Caf\u00e9-{}", "Cafe\u0301-{}", id="composed-and-decomposed"),
+])
 async def test_a_key_for_a_tenant_named_like_another_but_for_case_is_refused(
-    database_url: str, resources: Resources
+    database_url: str, resources: Resources, first: str, second: str,
 ) -> None:
     # `--tenant Acme` beside `acme` made a second, empty tenant: the key saw nothing.
-    tenant = f"case-{uuid.uuid4().hex[:8]}"
+    suffix = uuid.uuid4().hex[:8]
+    tenant = first.format(suffix)
     assert (await cli(database_url, "keys", "create", "--tenant", tenant)).returncode == 0
-    upper = tenant.upper()
+    upper = second.format(suffix)
 
     refused = await cli(database_url, "keys", "create", "--tenant", upper)
 
