@@ -189,4 +189,7 @@ def _later_of(delay: timedelta, asked_seconds: float | None) -> timedelta:
     asked."""
     if asked_seconds is None:
         return delay
-    return max(delay, min(timedelta(seconds=asked_seconds), LONGEST_ASKED_WAIT))
+    # Capped before it is a timedelta: one of 1e14 s is past timedelta's range, and the
+    # OverflowError failed the fold job, which then called the provider again at once.
+    asked = min(asked_seconds, LONGEST_ASKED_WAIT.total_seconds())
+    return max(delay, timedelta(seconds=asked))

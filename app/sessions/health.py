@@ -64,5 +64,11 @@ def next_try(health: Health, policy: HealthPolicy) -> timedelta:
     """How long to wait before the next fold after `health` was reached by a failure."""
     if health.state == "degraded":
         return policy.probe_interval
-    delay: timedelta = policy.retry_delay * (2 ** max(0, health.failures - 1))
+    # Doubled only while under the probe interval: 2 s x 2**46 is past timedelta's range
+    # (an OverflowError from failure 47, with degrade_after allowed up to 100).
+    delay = policy.retry_delay
+    for _ in range(max(0, health.failures - 1)):
+        if delay >= policy.probe_interval:
+            break
+        delay *= 2
     return delay if delay < policy.probe_interval else policy.probe_interval

@@ -24,6 +24,7 @@ from app.sessions.context import (
     strategy_in_force,
     within_tokens,
 )
+from app.sessions.folder import LONGEST_ASKED_WAIT, _later_of
 from app.sessions.folding import (
     Chunk,
     FoldPolicy,
@@ -205,6 +206,30 @@ def test_next_try_follows_the_failures_reached_by_after_failure() -> None:
         h = after_failure(h, POLICY)
         delays.append(next_try(h, POLICY).total_seconds())
     assert delays == [2, 4, 30, 30]  # retry, retry, then degraded: probe_interval
+
+
+def test_next_try_caps_without_overflow_after_many_failures_in_retry() -> None:
+    # degrade_after may be 100: 2 s x 2**46 was past timedelta's range (OverflowError).
+    policy = HealthPolicy(
+        degrade_after=100, retry_delay=timedelta(hours=1), probe_interval=timedelta(hours=2)
+    )
+    assert [next_try(Health("retry", failures=n), policy) for n in (1, 2, 47, 99)] == [
+        timedelta(hours=1), timedelta(hours=2), timedelta(hours=2), timedelta(hours=2)]
+
+
+@pytest.mark.parametrize(("asked", "waited"), [
+    (None, timedelta(seconds=2)),
+    (0.5, timedelta(seconds=2)),
+    (600.0, timedelta(seconds=600)),
+    (7200.0, LONGEST_ASKED_WAIT),
+    # Past timedelta's range: an OverflowError had failed the fold job.
+    (1e14, LONGEST_ASKED_WAIT),
+    (1e300, LONGEST_ASKED_WAIT),
+])
+def test_a_providers_wait_holds_the_fold_back_at_most_an_hour(
+    asked: float | None, waited: timedelta
+) -> None:
+    assert _later_of(timedelta(seconds=2), asked) == waited
 
 
 def test_next_try_is_probe_interval_while_degraded() -> None:
