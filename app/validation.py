@@ -6,7 +6,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Annotated, Any
 
@@ -17,6 +17,8 @@ from pydantic import (
     GetJsonSchemaHandler,
     Strict,
     StringConstraints,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
 )
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, PydanticCustomError
@@ -133,6 +135,14 @@ def zone_aware(value: datetime) -> datetime:
 _NUMERIC = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)\s*")
 
 
+_DATE_ONLY = re.compile(r"\s*\d{4}-\d{2}-\d{2}\s*")
+# A '+' of an offset sent unencoded in a query string arrives as a blank.
+_PLUS_AS_BLANK = re.compile(r".*[Tt ]\d{2}:\d{2}(:\d{2}([.,]\d+)?)? \d{2}(:?\d{2})?")
+# RFC 3339 allows second 60 (a leap second); Python's datetime does not hold it.
+_LEAP_SECOND = re.compile(r"(.*[Tt ]\d{2}:\d{2}:)60(?:[.,]\d+)?(.*)")
+_EXAMPLE = "(RFC 3339, e.g. 2026-01-31T12:00:00Z)"
+
+
 def _rfc3339_only(value: Any) -> Any:
     # pydantic reads a number, or a string of digits, as seconds since 1970: a client that
     # sent `"expires_at": 3600` meaning "in an hour" would store a memory that expired in
@@ -143,7 +153,40 @@ def _rfc3339_only(value: Any) -> Any:
         raise PydanticCustomError(
             "datetime_type",
             "Input should be an RFC 3339 date-time string (e.g. 2026-01-31T12:00:00Z)")
+    if _DATE_ONLY.fullmatch(value):
+        raise PydanticCustomError(
+            "datetime_type", f"Input is a date alone: give a date-time with a time zone "
+            f"{_EXAMPLE}")
+    if _PLUS_AS_BLANK.fullmatch(value):
+        raise PydanticCustomError(
+            "datetime_type", "Input has a blank where its offset's sign belongs: a '+' in "
+            "a URL's query string must be sent as %2B")
+    leap = _LEAP_SECOND.fullmatch(value)
+    if leap:
+        # The last instant datetime holds before it, so a bound or a time written at a
+        # leap second orders as it should among every other.
+        return f"{leap.group(1)}59.999999{leap.group(2)}"
     return value
+
+
+# Digits past the microsecond, which pydantic drops (datetime holds no finer).
+_SUB_MICROSECOND = re.compile(r"[.,]\d{6}(\d+)")
+
+
+def _rounded_up(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """An exclusive upper bound (`created_at < bound`) rounded up to the microsecond, not
+    down: `created_before=...00.1234567Z` truncated to .123456 left out a memory
+    created at .123456, before the bound the client sent (.NET and Java clocks write
+    seven digits and more). A lower bound truncates correctly, as it is."""
+    parsed = handler(value)
+    if isinstance(value, str) and isinstance(parsed, datetime):
+        extra = _SUB_MICROSECOND.search(value)
+        if extra and extra.group(1).strip("0"):
+            try:
+                return parsed + timedelta(microseconds=1)
+            except OverflowError:
+                return parsed
+    return parsed
 
 
 def _json_integer(value: Any) -> Any:
@@ -303,5 +346,6 @@ NUMBER_ONLY = BeforeValidator(_json_number)
 JsonBool = Annotated[bool, Strict()]
 Importance = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False), NUMBER_ONLY]
 AwareDatetime = Annotated[datetime, BeforeValidator(_rfc3339_only), AfterValidator(zone_aware)]
+AwareDatetimeBefore = Annotated[AwareDatetime, WrapValidator(_rounded_up)]
 Source = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=64),
                    AfterValidator(storable_text)]

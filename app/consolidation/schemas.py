@@ -14,6 +14,7 @@ from app.consolidation.registry import ConsolidationStrategy
 from app.validation import (
     INTEGER_ONLY,
     AwareDatetime,
+    AwareDatetimeBefore,
     CategoryList,
     Importance,
     JsonBool,
@@ -56,7 +57,7 @@ class ConsolidationRequest(BaseModel):
     )
     created_after: AwareDatetime | None = Field(
         default=None, description="Only memories created after this moment.")
-    created_before: AwareDatetime | None = Field(
+    created_before: AwareDatetimeBefore | None = Field(
         default=None, description="Only memories created before this moment.")
     max_importance: Importance | None = Field(
         default=None, description="Only memories with importance at most this."

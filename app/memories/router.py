@@ -32,6 +32,7 @@ from app.validation import (
     METADATA_PARAM_DESCRIPTION,
     METADATA_PARAM_MAX_CHARS,
     AwareDatetime,
+    AwareDatetimeBefore,
     Category,
     ScopeId,
     Tag,
@@ -57,7 +58,7 @@ async def memory_filter(
     fact_role: Annotated[FactRole | None, Query()] = None,
     created_after: Annotated[AwareDatetime | None, Query(
         description="Only memories created after this moment (RFC 3339 with a zone)")] = None,
-    created_before: Annotated[AwareDatetime | None, Query(
+    created_before: Annotated[AwareDatetimeBefore | None, Query(
         description="Only memories created before this moment")] = None,
     metadata: Annotated[str | None, Query(
         max_length=METADATA_PARAM_MAX_CHARS, description=METADATA_PARAM_DESCRIPTION,

@@ -10,6 +10,7 @@ from app.memories.schemas import Memory
 from app.validation import (
     INTEGER_ONLY,
     AwareDatetime,
+    AwareDatetimeBefore,
     Category,
     JsonBool,
     MetadataMatch,
@@ -43,7 +44,7 @@ class SearchRequest(BaseModel):
     )
     created_after: AwareDatetime | None = Field(
         default=None, description="Only memories created after this moment.")
-    created_before: AwareDatetime | None = Field(
+    created_before: AwareDatetimeBefore | None = Field(
         default=None, description="Only memories created before this moment.")
     metadata: MetadataMatch | None = None
     top_k: Annotated[int, Field(ge=1, le=100), INTEGER_ONLY] = 10
