@@ -86,8 +86,16 @@ def carries_fact(sentence: str) -> bool:
 
 def _caseless(token: str) -> bool:
     """A word with a letter that has no upper or lower case: a Chinese or Japanese run
-    is one word, Latin names in it included ("私はPythonが好きです")."""
-    return any(ch.isalpha() and not (ch.isupper() or ch.islower()) for ch in token)
+    is one word, Latin names in it included ("私はPythonが好きです"). Georgian too: its
+    letters are lower case to Unicode (since 11.0, which added capitals that everyday
+    text does not use), so no name in it ever showed, and each memory kept only its
+    first sentence."""
+    return any(ch.isalpha() and (not (ch.isupper() or ch.islower()) or _georgian(ch))
+               for ch in token)
+
+
+def _georgian(ch: str) -> bool:
+    return "\u10d0" <= ch <= "\u10ff" or "\u2d00" <= ch <= "\u2d2f"
 
 
 def _is_fact_token(token: str, first: bool) -> bool:

@@ -3,7 +3,6 @@
 import re
 import unicodedata
 
-_SPACES = re.compile(r"[ \t]+")
 # A reasoning model served behind an OpenAI-compatible endpoint (DeepSeek-R1, Qwen3, ...)
 # may open its answer with its reasoning in a tag; cut off by the token limit, the tag
 # never closes and the whole answer is reasoning.
@@ -71,8 +70,10 @@ def _joins_previous(ch: str) -> bool:
     """Whether `ch` is shown as part of the character before it: a combining mark (an
     accent of decomposed text, a vowel sign), a joiner, a variation selector, an emoji's
     skin tone, the tag characters of a flag, or the vowel or final consonant of a Hangul
-    syllable written as its letters (Korean text from a Mac's file names)."""
-    return (unicodedata.category(ch) in ("Mn", "Mc", "Me") or ch == "\u200d"
+    syllable written as its letters (Korean text from a Mac's file names), or Thai's and
+    Lao's SARA AM, a vowel of its syllable though not classed as a mark (น้ำ was cut
+    before it)."""
+    return (unicodedata.category(ch) in ("Mn", "Mc", "Me") or ch in "\u200d\u0e33\u0eb3"
             or "\u1160" <= ch <= "\u11ff" or "\ud7b0" <= ch <= "\ud7ff"
             or "\ufe00" <= ch <= "\ufe0f" or "\U0001f3fb" <= ch <= "\U0001f3ff"
             or "\U000e0020" <= ch <= "\U000e007f" or "\U000e0100" <= ch <= "\U000e01ef")
@@ -90,6 +91,7 @@ def shown_boundary(text: str, end: int) -> int:
     French word) or half a flag (an exploratory probe). 0 when the whole of text[:end]
     is one such character."""
     while 0 < end < len(text) and (_joins_previous(text[end]) or text[end - 1] == "\u200d"
+                                   or text[end - 1:end + 1] == "\r\n"
                                    or unicodedata.combining(text[end - 1]) == 9):
         end -= 1
     if 0 < end < len(text) and _regional(text[end]):
@@ -116,5 +118,8 @@ def clip(text: str, limit: int) -> str:
 
 
 def normalise_sentence(sentence: str) -> str:
-    """A key under which two spellings of one sentence compare equal."""
-    return _SPACES.sub(" ", sentence).strip().casefold()
+    """A key under which two spellings of one sentence compare equal: letter case, any
+    run of white space (a no-break space too) and composed or decomposed accents, as
+    search's collapse of duplicates reads them (three spellings of "Zoë moved to
+    Paris." had stayed three lines of one summary)."""
+    return " ".join(unicodedata.normalize("NFC", sentence).split()).casefold()

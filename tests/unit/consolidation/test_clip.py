@@ -15,6 +15,8 @@ RESUME = unicodedata.normalize("NFD", "r\u00e9sum\u00e9")  # e + combining acute
 KSHATRIYA = "\u0915\u094d\u0937\u0924\u094d\u0930\u093f\u092f"  # a Devanagari conjunct word
 THUMBS = "\U0001f44d\U0001f3fd"  # with a skin tone
 HANGUL = "\u1112\u1161\u11ab\u1100\u1173\u11af"  # 한글 as its six letters (NFD)
+WATER = "\u0e19\u0e49\u0e33"  # Thai "water": NO NU, MAI THO, SARA AM (a letter, Lo)
+LAO = "\u0e99\u0eb3"  # Lao NO, SARA AM
 
 
 @pytest.mark.parametrize(("text", "limit", "clipped"), [
@@ -25,6 +27,9 @@ HANGUL = "\u1112\u1161\u11ab\u1100\u1173\u11af"  # 한글 as its six letters (NF
     (FLAGS, 4, FLAGS[:2] + "\u2026"),  # one flag, not one and a half
     (THUMBS * 4, 4, THUMBS + "\u2026"),
     (HANGUL * 30, 5, HANGUL[:3] + "\u2026"),  # a re-probe: "한" and a dangling letter
+    (WATER * 5, 6, WATER + "\u2026"),  # not the syllable without its vowel
+    (LAO * 5, 4, LAO + "\u2026"),
+    ("a\r\nb" * 3, 3, "a\u2026"),  # a line's end whole
     # Unchanged: plain text, and a cut at a word boundary.
     ("hello world again", 10, "hello wor\u2026"),
     ("one two three four five", 15, "one two three\u2026"),
@@ -41,7 +46,7 @@ def test_one_character_longer_than_the_limit_is_still_cut() -> None:
 
 
 @pytest.mark.parametrize("text", [FAMILY * 3, RESUME * 3, KSHATRIYA * 3, FLAGS, THUMBS * 3,
-                                  HANGUL * 3,
+                                  HANGUL * 3, WATER * 3, LAO * 3, "a\r\nb\r\n",
                                   "plain words here", "mixed " + FAMILY + " and " + FLAGS])
 def test_every_boundary_is_at_most_the_place_asked_and_idempotent(text: str) -> None:
     for end in range(len(text) + 1):

@@ -166,6 +166,9 @@ def test_a_sentence_in_a_script_without_capitals_counts_as_a_fact() -> None:
     assert carries_fact("我在Google工作。")
     assert carries_fact("안녕하세요 반가워요")
     assert carries_fact("مرحبا بك")
+    # Georgian letters are lower case to Unicode, but the script is written without
+    # capitals: "My cat is called Tsitsi." was dropped (an exploratory probe).
+    assert carries_fact("ჩემს კატას ჰქვია ციცი.")
     assert not carries_fact("the cat sat on the mat")  # a cased script is still read
     assert not carries_fact("... !!")
 
@@ -183,6 +186,17 @@ def test_fact_density_counts_fact_tokens_per_token() -> None:
     assert fact_density(ALICE.content) == pytest.approx(3 / 10)
     assert fact_density(TEA.content) == 0.0
     assert fact_density("") == 0.0
+
+
+async def test_extractive_collapses_spellings_of_one_sentence() -> None:
+    composed = entry(5, "Zo\u00eb moved to Paris in 2020.")
+    spellings = [entry(6, "Zoe\u0308 moved to Paris in 2020."),
+                 entry(7, "Zo\u00eb\u00a0moved to  Paris in 2020."),
+                 entry(8, "ZO\u00cb MOVED TO PARIS IN 2020.")]
+
+    result = await Extractive().consolidate([composed, *spellings], "travel", OFFLINE)
+
+    assert result.summary == "- Zo\u00eb moved to Paris in 2020."
 
 
 async def test_extractive_keeps_fact_sentences_and_collapses_duplicates() -> None:
