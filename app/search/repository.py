@@ -39,7 +39,6 @@ from __future__ import annotations
 import functools
 import json
 import re
-import unicodedata
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -154,7 +153,8 @@ QUERY_TERM_CTES = """
 terms AS MATERIALIZED (
     -- quote_literal switches to E'' syntax for a backslash, which tsquery cannot read.
     SELECT DISTINCT lexeme
-    FROM unnest(tsvector_to_array(to_tsvector('english', :qtext))) AS lexeme
+    -- Read as the content is indexed (migration 0032), by the database's Unicode tables.
+    FROM unnest(tsvector_to_array(to_tsvector('english', engram_text_form(:qtext)))) AS lexeme
     WHERE strpos(lexeme, chr(92)) = 0
 ),
 query AS MATERIALIZED (
@@ -659,8 +659,7 @@ class SearchRepository:
         query is being embedded."""
         params: dict[str, Any] = {
             "tenant_id": self.tenant_id,
-            # In the normal form the full-text vectors index (migration 0031).
-            "qtext": unicodedata.normalize("NFKC", query_text),
+            "qtext": query_text,
             "text_max_df": limits.text_max_df,
             "common_share": limits.text_common_share,
             "k1": limits.bm25_k1,

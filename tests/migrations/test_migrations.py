@@ -532,6 +532,62 @@ async def test_a_summarys_own_expiry_is_read_from_what_it_shows(
                    earlier: soon - timedelta(days=1), alone: soon + timedelta(days=1)}
 
 
+async def test_text_is_indexed_case_folded_without_invisible_characters_and_back(
+    fresh_engine: AsyncEngine,
+) -> None:
+    """Migration 0032: a capital final sigma, a sharp s and a soft hyphen inside a word
+    are indexed as the words they spell, in the vectors and the term statistics; the
+    other rows are not written; a downgrade indexes them as migration 0031 did."""
+    await upgrade_to_head(fresh_engine, "0031")
+    spelt = {"greek": "\u039a\u03a9\u03a3\u03a4\u0391\u03a3 \u03bf\u03b4\u03bf\u03c2",
+             "sharp": "Gro\u00dfstra\u00dfe", "hyphen": "pass\u00adword",
+             "plain": "password rotated"}
+    vector = "[" + ",".join(["0.05"] * 384) + "]"
+    ids = {name: uuid.uuid4() for name in spelt}
+    async with fresh_engine.begin() as conn:
+        for name, content in spelt.items():
+            await conn.execute(text(
+                "INSERT INTO memories (tenant_id, id, content, embedding) "
+                "VALUES (:t, :id, :c, CAST(:v AS halfvec(384)))"),
+                {"t": DEFAULT_TENANT_ID, "id": ids[name], "c": content, "v": vector})
+
+    async def indexed() -> tuple[dict[str, Any], dict[str, int]]:
+        async with fresh_engine.connect() as conn:
+            rows = {r.id: r for r in await conn.execute(text(
+                "SELECT id, content, updated_at, version, xmin::text AS xmin, "
+                "ARRAY(SELECT unnest(tsvector_to_array(ts_filter(tsv, '{a}')))) AS words "
+                "FROM memories"))}
+            df = {r.lexeme: int(r.df) for r in await conn.execute(text(
+                "SELECT lexeme, sum(df) AS df FROM term_stats WHERE tenant_id = :t "
+                "GROUP BY lexeme"), {"t": DEFAULT_TENANT_ID})}
+        return {name: rows[ids[name]] for name in spelt}, df
+
+    before, df_before = await indexed()
+    assert before["hyphen"].words == ["pass\u00adword"]  # a word "password" is not
+    assert df_before["password"] == 1
+
+    await upgrade_to_head(fresh_engine)
+    after, df_after = await indexed()
+    assert sorted(after["greek"].words) == ["\u03ba\u03c9\u03c3\u03c4\u03b1\u03c3",
+                                            "\u03bf\u03b4\u03bf\u03c3"]
+    assert after["sharp"].words == ["grossstrass"]
+    assert after["hyphen"].words == ["password"]
+    assert (df_after["password"], df_after.get("pass", 0)) == (2, 0)
+    for name in spelt:  # the text as sent, no new version
+        assert (after[name].content, after[name].updated_at, after[name].version) == \
+            (spelt[name], before[name].updated_at, before[name].version)
+    assert after["plain"].xmin == before["plain"].xmin  # not written again
+
+    await downgrade(fresh_engine, "0031")
+    again, df_again = await indexed()
+    assert {n: sorted(r.words) for n, r in again.items()} == \
+        {n: sorted(r.words) for n, r in before.items()}
+    assert df_again["password"] == 1
+    async with fresh_engine.connect() as conn:
+        assert await conn.scalar(text(
+            "SELECT count(*) FROM pg_proc WHERE proname = 'engram_text_form'")) == 0
+
+
 async def test_text_is_indexed_in_its_compatibility_normal_form_and_back_on_downgrade(
     fresh_engine: AsyncEngine,
 ) -> None:

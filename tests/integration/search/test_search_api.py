@@ -1356,6 +1356,43 @@ async def test_a_month_spelt_with_a_look_alike_letter_is_no_date_and_no_error(
         assert answer["query_style"] == "regular"
 
 
+@pytest.mark.parametrize(("content", "query"), [
+    # Greek: a capital sigma lowered one letter at a time is the medial one, never the
+    # final, so the word in capitals matched neither way.
+    ("Meeting with \u039a\u03a9\u03a3\u03a4\u0391\u03a3 tomorrow at the office",
+     "\u039a\u03c9\u03c3\u03c4\u03b1\u03c2"),
+    ("Meeting with \u039a\u03c9\u03c3\u03c4\u03b1\u03c2 tomorrow at the office",
+     "\u039a\u03a9\u03a3\u03a4\u0391\u03a3"),
+    # German: the sharp s, small and capital, against ss.
+    ("Treffen in der GROSSSTRASSE 5", "Gro\u00dfstra\u00dfe"),
+    ("Treffen in der Gro\u00dfstra\u00dfe 5", "GROSSSTRASSE"),
+    ("Treffen in der STRA\u1e9eE 5", "Strasse"),
+    # A soft hyphen or a zero-width character inside a word (text copied from the web)
+    # made it two words.
+    ("The pass\u00adword was rotated", "password"),
+    ("The pass\u200bword was rotated", "password"),
+    ("The pass\u200dword was rotated", "password"),
+    ("The password was rotated", "pass\u200bword"),
+    # Letters Unicode 15 added, whose compatibility form Python's older tables did not
+    # know: the query is read by the database's tables, as the content is.
+    ("code \U0001e030\U0001e031\U0001e032 here", "\U0001e030\U0001e031\U0001e032"),
+])
+async def test_a_word_matches_across_case_folding_and_invisible_characters(
+    client: httpx.AsyncClient, content: str, query: str,
+) -> None:
+    """An exploratory probe found each of these matching only by the vector list, or not
+    at all (migration 0032)."""
+    stored = await seed(client, [{"content": content, "user_id": "u1"},
+                                 {"content": "Unrelated filler about gardening", "user_id": "u1"}])
+
+    answer = await search(client, query, user_id="u1", explain=True)
+
+    first = answer["results"][0]
+    assert first["memory"]["id"] == stored[0]["id"], query
+    assert first["explanation"]["fusion"]["text_rank"] == 1, query
+    assert first["memory"]["content"] == content  # stored as sent
+
+
 async def test_a_word_matches_its_other_unicode_spellings_by_full_text(
     client: httpx.AsyncClient,
 ) -> None:
