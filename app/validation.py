@@ -208,10 +208,16 @@ def dedupe(values: list[str]) -> list[str]:
     return list(dict.fromkeys(values))
 
 
-# Blank by JSON Schema's `pattern` too: only ASCII white space, which every regex engine
-# (ECMA in a generated client, Python, Rust in pydantic-core) reads alike.
-_BLANK = re.compile(r"[ \t\n\r\f\v]*")
-_NOT_BLANK_PATTERN = r"[^ \t\n\r\f\v]"
+# Unicode's White_Space characters: those pydantic's strip_whitespace strips from
+# content, tags and categories (Rust's trim), spelt out so that JSON Schema's `pattern`
+# states the same rule to every regex engine (ECMA in a generated client, Python, Rust in
+# pydantic-core read \uXXXX alike), and scope ids are judged blank by the same set. The
+# pattern had named ASCII white space only, and scope ids were judged by it: content of
+# an ideographic space was refused while the document allowed it, and a user_id of one
+# was taken (an exploratory probe).
+_WHITE_SPACE = r"\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+_BLANK = re.compile(f"[{_WHITE_SPACE}]*")
+_NOT_BLANK_PATTERN = f"[^{_WHITE_SPACE}]"
 
 
 def not_blank(value: str) -> str:
@@ -272,7 +278,7 @@ def path_segment(value: str) -> str:
     return value
 
 
-PATH_SEGMENT_PATTERN = r"^(?!\.{1,2}$)[^/]*[^ \t\n\r\f\v/][^/]*$"
+PATH_SEGMENT_PATTERN = rf"^(?!\.{{1,2}}$)[^/]*[^{_WHITE_SPACE}/][^/]*$"
 
 
 # A scope id that is also a URL path segment (a session's, in its endpoints' paths).

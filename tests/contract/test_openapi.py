@@ -278,7 +278,18 @@ async def test_the_document_says_a_blank_text_value_is_refused(document: dict[st
                  "namespace"):
         declared = strings(create[name])
         assert declared, name
-        assert all(s.get("pattern") == "[^ \\t\\n\\r\\f\\v]" for s in declared), name
+        assert all(s.get("pattern") == BLANK_REFUSED for s in declared), name
+    # The pattern refuses what the service refuses, and no more.
+    pattern = re.compile(BLANK_REFUSED)
+    for blank in (" ", "\t\n", "\u3000", "\u00a0", "\u2028\u0085", "\u2007\u202f"):
+        assert not pattern.search(blank), repr(blank)
+    for kept in ("a", " a ", "\u200b", "\ufeff", "\u001f"):
+        assert pattern.search(kept), repr(kept)
+
+
+# Unicode's White_Space: what the service strips from content and refuses alone.
+BLANK_REFUSED = ("[^\\t-\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029"
+                 "\\u202f\\u205f\\u3000]")
 
 
 async def test_a_search_result_always_carries_its_explanation_field(

@@ -796,6 +796,11 @@ async def test_metadata_is_measured_as_compact_json(client: httpx.AsyncClient) -
     ({"content": "   "}, "content"),
     ({"content": "x", "tags": ["ok", " \t "]}, "tags.1"),
     ({"content": "x", "category": "\u3000"}, "category"),
+    # Scope ids by the same white space as content: an ideographic or a no-break space
+    # alone was taken as a user (an exploratory probe).
+    ({"content": "x", "user_id": "\u3000"}, "user_id"),
+    ({"content": "x", "agent_id": "\u00a0\u2028"}, "agent_id"),
+    ({"content": "\u0085\u2007"}, "content"),
 ])
 async def test_blank_text_is_said_to_be_blank(
     client: httpx.AsyncClient, payload: dict[str, Any], field: str,
