@@ -12,3 +12,9 @@ def name_fold(text: str) -> str:
     (casefold makes it i + U+0307)."""
     folded = unicodedata.normalize("NFKC", text).casefold().replace("i\u0307", "i")
     return unicodedata.normalize("NFKC", folded)
+
+
+def composed(text: str) -> str:
+    """`text` in Unicode's canonical composed form (NFC): "é" as one character, as most
+    keyboards write it, not "e" and a combining accent, as a Mac's file names do."""
+    return text if unicodedata.is_normalized("NFC", text) else unicodedata.normalize("NFC", text)

@@ -23,6 +23,8 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, PydanticCustomError
 
+from app.unicode_forms import composed
+
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 METADATA_MAX_BYTES = 16384
@@ -286,12 +288,28 @@ PathScopeId = Annotated[ScopeId, AfterValidator(path_segment),
                         _DeclaredPattern(PATH_SEGMENT_PATTERN)]
 
 
+LABEL_MAX_CHARS = 100
+
+
+def label_form(value: str) -> str:
+    """A tag or category composed (NFC), on write and in a filter alike: "café" with a
+    combining accent had been another tag than "café", so a filter, a delete by tag or
+    a summary's shared tags missed it (an exploratory probe). Its length is checked
+    again, as composing can lengthen a text (a few Indic letters come apart)."""
+    value = composed(value)
+    if len(value) > LABEL_MAX_CHARS:
+        raise ValueError(f"must have at most {LABEL_MAX_CHARS} characters once composed "
+                         "(Unicode NFC)")
+    return value
+
+
 # Blank once stripped is refused: declared, as for scope ids, so a client knows.
-Category = Annotated[str, StringConstraints(strip_whitespace=True, max_length=100),
+Category = Annotated[str, StringConstraints(strip_whitespace=True, max_length=LABEL_MAX_CHARS),
                      AfterValidator(not_empty), AfterValidator(storable_text),
-                     _DECLARED_NOT_BLANK]
-Tag = Annotated[str, StringConstraints(strip_whitespace=True, max_length=100),
-                AfterValidator(not_empty), AfterValidator(storable_text), _DECLARED_NOT_BLANK]
+                     AfterValidator(label_form), _DECLARED_NOT_BLANK]
+Tag = Annotated[str, StringConstraints(strip_whitespace=True, max_length=LABEL_MAX_CHARS),
+                AfterValidator(not_empty), AfterValidator(storable_text),
+                AfterValidator(label_form), _DECLARED_NOT_BLANK]
 TagList = Annotated[list[Tag], Field(max_length=64), AfterValidator(dedupe)]
 # An empty list filters nothing, as in search and the listing (a generated client sends
 # [] for a field left unset).

@@ -532,6 +532,55 @@ async def test_a_summarys_own_expiry_is_read_from_what_it_shows(
                    earlier: soon - timedelta(days=1), alone: soon + timedelta(days=1)}
 
 
+async def test_tags_and_categories_are_composed_without_a_history_version(
+    fresh_engine: AsyncEngine,
+) -> None:
+    """Migration 0033: a decomposed tag or category is stored composed (a list keeping the
+    first of two spellings), counted in the term statistics under it, with no new version
+    or history; a composed row is not written at all."""
+    await upgrade_to_head(fresh_engine, "0032")
+    nfc, nfd = "caf\u00e9", "cafe\u0301"
+    rows = {"decomposed": ([nfd, "x"], nfd), "both": ([nfc, "y", nfd], "general"),
+            "composed": ([nfc], nfc)}
+    vector = "[" + ",".join(["0.05"] * 384) + "]"
+    ids = {name: uuid.uuid4() for name in rows}
+    async with fresh_engine.begin() as conn:
+        for name, (tags, category) in rows.items():
+            await conn.execute(text(
+                "INSERT INTO memories (tenant_id, id, content, embedding, tags, category) "
+                "VALUES (:t, :id, 'x', CAST(:v AS halfvec(384)), :tags, :c)"),
+                {"t": DEFAULT_TENANT_ID, "id": ids[name], "v": vector, "tags": tags,
+                 "c": category})
+
+    async def stored() -> dict[str, Any]:
+        async with fresh_engine.connect() as conn:
+            found = {r.id: r for r in await conn.execute(text(
+                "SELECT id, tags, category, version, updated_at, xmin::text AS xmin "
+                "FROM memories"))}
+        return {name: found[ids[name]] for name in rows}
+
+    before = await stored()
+    await upgrade_to_head(fresh_engine)
+    after = await stored()
+
+    assert (after["decomposed"].tags, after["decomposed"].category) == ([nfc, "x"], nfc)
+    assert (after["both"].tags, after["both"].category) == ([nfc, "y"], "general")
+    for name in rows:
+        assert (after[name].version, after[name].updated_at) == \
+            (before[name].version, before[name].updated_at)
+    assert after["composed"].xmin == before["composed"].xmin
+    async with fresh_engine.connect() as conn:
+        assert await conn.scalar(text("SELECT count(*) FROM memory_versions")) == 0
+        counts = {r.lexeme: int(r.df) for r in await conn.execute(text(
+            "SELECT lexeme, sum(df) AS df FROM term_stats WHERE tenant_id = :t "
+            "AND lexeme LIKE ' %' GROUP BY lexeme HAVING sum(df) <> 0"),
+            {"t": DEFAULT_TENANT_ID})}
+    assert counts[f" tag:{nfc}"] == 3
+    assert counts[f" category:{nfc}"] == 2
+    assert f" tag:{nfd}" not in counts
+    assert f" category:{nfd}" not in counts
+
+
 async def test_text_is_indexed_case_folded_without_invisible_characters_and_back(
     fresh_engine: AsyncEngine,
 ) -> None:
