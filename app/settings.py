@@ -416,7 +416,8 @@ def format_settings_error(exc: Exception) -> str:
 
 
 # ENGRAM_ variables that are not the service's settings but the test suite's and the
-# benchmarks' own knobs (README "Tests"), so not to be warned of.
+# benchmarks' own knobs (the README's `ENGRAM_FUZZ_EXAMPLES`;
+# bench/search_profile_server.py's output file), so not to be warned of.
 TOOLING_VARIABLES = frozenset({"ENGRAM_FUZZ_EXAMPLES", "ENGRAM_BENCH_PROFILE_OUT"})
 
 
