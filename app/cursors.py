@@ -1,9 +1,14 @@
 """Opaque keyset cursors for newest-first paging: (created_at, key) of the last row served,
-the key a row's uuid (memories, runs, events) or its text id (sessions)."""
+the key a row's uuid (memories, runs, events) or its text id (sessions), and a digest of
+the listing it pages (its endpoint and filters), so that a cursor given to another
+listing is refused rather than answered with a page of it from an unrelated place (an
+exploratory probe: a runs' cursor on the memories' listing served 32 of 33 memories, and
+one user's cursor on another user's listing served nothing)."""
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import uuid
 from collections.abc import Callable, Sequence
@@ -19,8 +24,14 @@ Row = TypeVar("Row")
 _INT4_MAX = 2**31 - 1
 
 
-def encode_cursor(created_at: datetime, key: uuid.UUID | str) -> str:
-    raw = json.dumps([created_at.isoformat(), str(key)], separators=(",", ":"))
+def listing(*parts: object) -> str:
+    """The digest a cursor carries of the listing it pages: an endpoint's name and what
+    narrows it (a filter dataclass, a memory's or session's id)."""
+    return hashlib.blake2b(repr(parts).encode(), digest_size=6).hexdigest()
+
+
+def encode_cursor(created_at: datetime, key: uuid.UUID | str, of: str) -> str:
+    raw = json.dumps([created_at.isoformat(), str(key), of], separators=(",", ":"))
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
@@ -28,31 +39,42 @@ def _invalid() -> ValidationFailed:
     return ValidationFailed.on("query.cursor", "is not a cursor this service issued")
 
 
-def decode_text_cursor(cursor: str) -> tuple[datetime, str]:
+def decode_text_cursor(cursor: str, of: str) -> tuple[datetime, str]:
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
-        created_raw, key = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        parts = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        if not isinstance(parts, list) or len(parts) not in (2, 3):
+            raise ValueError("not a cursor's parts")
+        created_raw, key, *issued_for = parts
         created_at = datetime.fromisoformat(created_raw)
-        if created_at.tzinfo is None or not isinstance(key, str):
-            raise ValueError("naive timestamp or no key")
+        if created_at.tzinfo is None or not isinstance(key, str) or not all(
+                isinstance(part, str) for part in issued_for):
+            raise ValueError("naive timestamp, no key or no listing")
         # The key goes to PostgreSQL as text, which cannot hold these.
-        return created_at.astimezone(UTC), storable_text(key)
+        found = created_at.astimezone(UTC), storable_text(key)
     except (ValueError, TypeError, OverflowError, UnicodeDecodeError) as exc:
         raise _invalid() from exc
+    # A cursor of two parts was issued before cursors named their listing: it pages on as
+    # it did, so a client paging across the upgrade is not cut off.
+    if issued_for and issued_for != [of]:
+        raise ValidationFailed.on(
+            "query.cursor", "is another listing's: a cursor pages only the listing it came "
+            "from (the same path and filters); start again without it")
+    return found
 
 
-def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
-    created_at, key = decode_text_cursor(cursor)
+def decode_cursor(cursor: str, of: str) -> tuple[datetime, uuid.UUID]:
+    created_at, key = decode_text_cursor(cursor, of)
     try:
         return created_at, uuid.UUID(key)
     except ValueError as exc:
         raise _invalid() from exc
 
 
-def decode_number_cursor(cursor: str) -> int:
+def decode_number_cursor(cursor: str, of: str) -> int:
     """The row number (history version, turn seq) a numbered page's cursor stands at; the
     time it carries is unused."""
-    _, key = decode_text_cursor(cursor)
+    _, key = decode_text_cursor(cursor, of)
     # isdigit would take "²" and other Unicode digits, which int() refuses.
     if not (key.isascii() and key.isdigit()) or int(key) > _INT4_MAX:
         raise _invalid()
@@ -60,11 +82,11 @@ def decode_number_cursor(cursor: str) -> int:
 
 
 def cut_page(rows: Sequence[Row], limit: int,
-             position: Callable[[Row], tuple[datetime, uuid.UUID | str]],
+             position: Callable[[Row], tuple[datetime, uuid.UUID | str]], of: str,
              ) -> tuple[Sequence[Row], str | None]:
     """Rows read `limit + 1` deep: the page, and the cursor of the next one (None when
-    this is the last). `position` gives a row's (created_at, key)."""
+    this is the last) for the listing `of`. `position` gives a row's (created_at, key)."""
     if len(rows) <= limit:
         return rows, None
     page = rows[:limit]
-    return page, encode_cursor(*position(page[-1]))
+    return page, encode_cursor(*position(page[-1]), of)

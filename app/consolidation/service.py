@@ -23,7 +23,7 @@ from app.consolidation.schemas import (
     ConsolidationTimings,
 )
 from app.consolidation.stored import composition_to_show, request_to_show
-from app.cursors import cut_page, decode_cursor
+from app.cursors import cut_page, decode_cursor, listing
 from app.errors import Conflict, NotFound, OutcomeUnknown, ValidationFailed
 from app.ids import uuid7
 from app.models import ConsolidationRun
@@ -128,10 +128,11 @@ class ConsolidationService:
 
     async def list(self, filters: RunFilter, *, limit: int,
                    cursor: str | None) -> ConsolidationPage:
-        after = decode_cursor(cursor) if cursor else None
+        of = listing("runs", filters)
+        after = decode_cursor(cursor, of) if cursor else None
         runs, next_cursor = cut_page(
             await self.repository.page_runs(filters, limit=limit + 1, after=after),
-            limit, lambda r: (r.created_at, r.id))
+            limit, lambda r: (r.created_at, r.id), of)
         return ConsolidationPage(items=[to_result(r) for r in runs], next_cursor=next_cursor)
 
     async def revert(self, run_id: uuid.UUID) -> ConsolidationResult:

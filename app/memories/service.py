@@ -9,7 +9,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from app.cursors import cut_page, decode_cursor, decode_number_cursor
+from app.cursors import cut_page, decode_cursor, decode_number_cursor, listing
 from app.errors import FieldError, NotFound, ValidationFailed
 from app.ids import uuid7
 from app.memories.capacity import CapacityBound
@@ -263,17 +263,19 @@ class MemoryReads:
 
     async def history(self, memory_id: uuid.UUID, *, limit: int,
                       cursor: str | None) -> MemoryHistory:
-        before = decode_number_cursor(cursor) if cursor else None
+        of = listing("history", memory_id)
+        before = decode_number_cursor(cursor, of) if cursor else None
         rows = await self.reader.versions(memory_id, limit=limit + 1, before=before)
         if rows is None:
             raise NotFound(f"memory {memory_id} does not exist")
         page, next_cursor = cut_page(rows, limit,
-                                     lambda r: (r["replaced_at"], str(r["version"])))
+                                     lambda r: (r["replaced_at"], str(r["version"])), of)
         return MemoryHistory(items=[MemoryVersion.model_validate(r) for r in page],
                              next_cursor=next_cursor)
 
     async def list(self, filters: MemoryFilter, *, limit: int, cursor: str | None) -> MemoryPage:
-        after = decode_cursor(cursor) if cursor else None
+        of = listing("memories", filters)
+        after = decode_cursor(cursor, of) if cursor else None
         rows, next_cursor = cut_page(await self.reader.page(filters, limit=limit + 1, after=after),
-                                     limit, lambda r: (r["created_at"], r["id"]))
+                                     limit, lambda r: (r["created_at"], r["id"]), of)
         return MemoryPage(items=[Memory.model_validate(r) for r in rows], next_cursor=next_cursor)

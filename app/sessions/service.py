@@ -11,7 +11,13 @@ from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.cursors import cut_page, decode_cursor, decode_number_cursor, decode_text_cursor
+from app.cursors import (
+    cut_page,
+    decode_cursor,
+    decode_number_cursor,
+    decode_text_cursor,
+    listing,
+)
 from app.errors import FieldError, NotFound, ValidationFailed
 from app.sessions.context import estimate_tokens, fold_warning, strategy_in_force
 from app.sessions.folder import enqueue_fold
@@ -222,9 +228,10 @@ class SessionReads:
         return session_answer(await self._state(session_id), self.folds, self.retention)
 
     async def list(self, filters: SessionFilter, limit: int, cursor: str | None) -> SessionPage:
-        after = decode_text_cursor(cursor) if cursor else None
+        of = listing("sessions", filters)
+        after = decode_text_cursor(cursor, of) if cursor else None
         page, next_cursor = cut_page(await self.reader.list(filters, limit + 1, after),
-                                     limit, lambda s: (s.created_at, s.session_id))
+                                     limit, lambda s: (s.created_at, s.session_id), of)
         return SessionPage(items=[session_answer(s, self.folds, self.retention) for s in page],
                            next_cursor=next_cursor)
 
@@ -245,17 +252,19 @@ class SessionReads:
 
     async def turns(self, session_id: str, limit: int, cursor: str | None) -> TurnPage:
         """The log, newest first: every turn, folded, dropped or not."""
-        before = decode_number_cursor(cursor) if cursor else None
+        of = listing("turns", session_id)
+        before = decode_number_cursor(cursor, of) if cursor else None
         await self._state(session_id)
         page, next_cursor = cut_page(
             await self.reader.turns_before(session_id, before, limit + 1), limit,
-            lambda t: (t.created_at, str(t.seq)))
+            lambda t: (t.created_at, str(t.seq)), of)
         return TurnPage(items=[_turn(t) for t in page], next_cursor=next_cursor)
 
     async def events(self, session_id: str, limit: int, cursor: str | None) -> SessionEventPage:
-        after = decode_cursor(cursor) if cursor else None
+        of = listing("events", session_id)
+        after = decode_cursor(cursor, of) if cursor else None
         await self._state(session_id)
         page, next_cursor = cut_page(await self.reader.events(session_id, limit + 1, after),
-                                     limit, lambda e: (e["created_at"], e["id"]))
+                                     limit, lambda e: (e["created_at"], e["id"]), of)
         return SessionEventPage(items=[SessionEventItem(**e) for e in page],
                                 next_cursor=next_cursor)
