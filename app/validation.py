@@ -32,9 +32,13 @@ METADATA_MAX_DEPTH = 32
 RESERVED_METADATA_KEYS = frozenset({"summary_of", "fact_role"})
 
 
-def storable_text(value: str) -> str:
+def is_storable(value: str) -> bool:
     """PostgreSQL text cannot hold NUL, and UTF-8 cannot encode a lone surrogate."""
-    if _UNSTORABLE.search(value):
+    return _UNSTORABLE.search(value) is None
+
+
+def storable_text(value: str) -> str:
+    if not is_storable(value):
         raise ValueError("must not contain NUL characters or unpaired surrogates")
     return value
 

@@ -349,6 +349,11 @@ async def test_an_import_that_does_not_fit_changes_nothing(
         (variant("bad-value.gz", lambda ls: [*ls[:3], ls[3].replace(
             '"importance": ', '"importance": 7, "x": '), *ls[4:]]),
          "has columns its header does not list"),
+        # JSON's escapes of what PostgreSQL cannot store: the refusal named no line.
+        *((variant(f"escape-{escape}.gz", lambda ls, e=escape: [*ls[:3], ls[3].replace(
+            '"content": "', '"content": "' + chr(92) + e, 1), *ls[4:]]),
+           "line 4 of the export holds a NUL character or an unpaired surrogate")
+          for escape in ("u0000", "uD800")),
         # Was "tenants failed: Error: expected 384 dimensions, not 3".
         (variant("short-vector.gz", lambda ls: [with_vector(x, "[1,2,3]") for x in ls]),
          "a value of the export does not fit its column: expected 384 dimensions, not 3 "
