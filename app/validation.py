@@ -217,20 +217,25 @@ def dedupe(values: list[str]) -> list[str]:
 # Unicode's White_Space characters: those pydantic's strip_whitespace strips from
 # content, tags and categories (Rust's trim), spelt out so that JSON Schema's `pattern`
 # states the same rule to every regex engine (ECMA in a generated client, Python, Rust in
-# pydantic-core read \uXXXX alike), and scope ids are judged blank by the same set. The
-# pattern had named ASCII white space only, and scope ids were judged by it: content of
-# an ideographic space was refused while the document allowed it, and a user_id of one
-# was taken (an exploratory probe).
+# pydantic-core read \uXXXX alike). The pattern had named ASCII white space only, so a
+# generated client let through content of an ideographic space the service refused (an
+# exploratory probe).
 _WHITE_SPACE = r"\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
-_BLANK = re.compile(f"[{_WHITE_SPACE}]*")
 _NOT_BLANK_PATTERN = f"[^{_WHITE_SPACE}]"
+# Scope ids, which are kept as sent (not stripped), are blank only of ASCII white space:
+# narrowing that would strand the memories, sessions and runs already stored under an id
+# of a no-break or an ideographic space alone, which no read, filter or delete could then
+# name (a re-probe).
+_ASCII_WHITE_SPACE = r" \t\n\r\f\v"
+_ASCII_BLANK = re.compile(f"[{_ASCII_WHITE_SPACE}]*")
+_NOT_ASCII_BLANK_PATTERN = f"[^{_ASCII_WHITE_SPACE}]"
 
 
 def not_blank(value: str) -> str:
     # Scope ids are kept as sent (" alice" and "alice" are two users, as a client may
     # mean), but one of only white space is a client's bug: an empty template variable
     # that would file memories under a user no one can name.
-    if _BLANK.fullmatch(value):
+    if _ASCII_BLANK.fullmatch(value):
         raise ValueError("must not be blank (white space only)")
     return value
 
@@ -260,6 +265,7 @@ class _DeclaredPattern:
 
 
 _DECLARED_NOT_BLANK = _DeclaredPattern(_NOT_BLANK_PATTERN)
+_DECLARED_NOT_ASCII_BLANK = _DeclaredPattern(_NOT_ASCII_BLANK_PATTERN)
 
 
 Text = Annotated[str, AfterValidator(storable_text)]
@@ -272,7 +278,7 @@ Content = Annotated[
 
 ScopeId = Annotated[str, StringConstraints(min_length=1, max_length=255),
                     AfterValidator(storable_text), AfterValidator(not_blank),
-                    _DECLARED_NOT_BLANK]
+                    _DECLARED_NOT_ASCII_BLANK]
 
 
 def path_segment(value: str) -> str:
@@ -284,7 +290,7 @@ def path_segment(value: str) -> str:
     return value
 
 
-PATH_SEGMENT_PATTERN = rf"^(?!\.{{1,2}}$)[^/]*[^{_WHITE_SPACE}/][^/]*$"
+PATH_SEGMENT_PATTERN = r"^(?!\.{1,2}$)[^/]*[^ \t\n\r\f\v/][^/]*$"
 
 
 # A scope id that is also a URL path segment (a session's, in its endpoints' paths).
@@ -298,13 +304,13 @@ LABEL_MAX_CHARS = 100
 def label_form(value: str) -> str:
     """A tag or category composed (NFC), on write and in a filter alike: "café" with a
     combining accent had been another tag than "café", so a filter, a delete by tag or
-    a summary's shared tags missed it (an exploratory probe). Its length is checked
-    again, as composing can lengthen a text (a few Indic letters come apart)."""
-    value = composed(value)
-    if len(value) > LABEL_MAX_CHARS:
-        raise ValueError(f"must have at most {LABEL_MAX_CHARS} characters once composed "
-                         "(Unicode NFC)")
-    return value
+    a summary's shared tags missed it (an exploratory probe). Composing can lengthen a
+    text (a few Indic letters come apart): one it would take past the limit is kept as
+    sent, as migration 0033 keeps those stored, so it still fits its column, and its
+    filter still finds it (a re-probe: refused, such labels stored before were beyond
+    reach)."""
+    form = composed(value)
+    return form if len(form) <= LABEL_MAX_CHARS else value
 
 
 # Blank once stripped is refused: declared, as for scope ids, so a client knows.

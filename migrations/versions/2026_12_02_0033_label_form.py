@@ -4,10 +4,11 @@ them (app/validation.py, `label_form`).
 "café" with a combining accent, as a Mac's file names write it, had been another tag than
 "café" composed: a tag filter, a delete by tag, or the tags a summary takes from every
 source it stands for missed it (an exploratory probe). The rows stored before are
-composed here, a tag list keeping the first of the spellings it held twice. The history
-is not written for it (the spelling changes, not what a client set), and the term
-statistics follow through their own triggers. A category that composing would take past
-its 100 characters (a few Indic letters come apart) is left as it was.
+composed here, and the states their history keeps, a tag list keeping the first of the
+spellings it held twice. No history is written for it (the spelling changes, not what a
+client set), and the term statistics follow through their own triggers. A label that
+composing would take past its 100 characters (a few Indic letters come apart) is left as
+it was, as the API keeps it.
 
 NFC needs a UTF8 database (PostgreSQL's normalize()); on another encoding nothing changes.
 
@@ -27,19 +28,26 @@ down_revision: str | None = "0032"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-COMPOSE = """
-UPDATE memories m SET
-    tags = ARRAY(
+# A label composed, unless composing takes it past the 100 characters the API allows (a
+# few Indic letters come apart): app/validation.py's `label_form`, in SQL.
+_LABEL = ("CASE WHEN length(normalize({v}, NFC)) <= 100 THEN normalize({v}, NFC) "
+          "ELSE {v} END")
+_TAGS = """ARRAY(
         SELECT f.tag FROM (
-            SELECT normalize(u.tag, NFC) AS tag, min(u.place) AS place
-            FROM unnest(m.tags) WITH ORDINALITY AS u(tag, place)
+            SELECT {label} AS tag, min(u.place) AS place
+            FROM unnest({{table}}.tags) WITH ORDINALITY AS u(tag, place)
             GROUP BY 1) f
-        ORDER BY f.place),
-    category = CASE WHEN length(normalize(m.category, NFC)) <= 100
-                    THEN normalize(m.category, NFC) ELSE m.category END
-WHERE m.category IS NOT NFC NORMALIZED
-   OR EXISTS (SELECT 1 FROM unnest(m.tags) AS t(tag) WHERE t.tag IS NOT NFC NORMALIZED)
-"""
+        ORDER BY f.place)""".format(label=_LABEL.format(v="u.tag"))
+_DECOMPOSED = ("{table}.category IS NOT NFC NORMALIZED OR EXISTS "
+               "(SELECT 1 FROM unnest({table}.tags) AS t(tag) WHERE t.tag IS NOT NFC NORMALIZED)")
+# The rows, and the states their history keeps: a revert compares a summary's row with
+# its versions, and a version left decomposed read as an edit since the run (a re-probe).
+COMPOSE = [
+    f"UPDATE {table} SET tags = {_TAGS.format(table=table)}, "
+    f"category = {_LABEL.format(v=f'{table}.category')} "
+    f"WHERE {_DECOMPOSED.format(table=table)}"
+    for table in ("memories", "memory_versions")
+]
 
 
 def _utf8() -> bool:
@@ -51,7 +59,8 @@ def upgrade() -> None:
     if not _utf8():
         return
     op.execute("ALTER TABLE memories DISABLE TRIGGER memories_history")
-    op.execute(COMPOSE)
+    for statement in COMPOSE:
+        op.execute(statement)
     op.execute("ALTER TABLE memories ENABLE TRIGGER memories_history")
 
 

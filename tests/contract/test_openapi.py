@@ -274,11 +274,14 @@ async def test_the_document_says_a_blank_text_value_is_refused(document: dict[st
         items = [s["items"] for s in schema.get("anyOf", [schema]) if "items" in s]
         return found + [i for i in items if i.get("type") == "string"]
 
-    for name in ("content", "category", "tags", "user_id", "agent_id", "session_id",
-                 "namespace"):
+    for name, refused in (("content", BLANK_REFUSED), ("category", BLANK_REFUSED),
+                          ("tags", BLANK_REFUSED), ("user_id", ASCII_BLANK_REFUSED),
+                          ("agent_id", ASCII_BLANK_REFUSED),
+                          ("session_id", ASCII_BLANK_REFUSED),
+                          ("namespace", ASCII_BLANK_REFUSED)):
         declared = strings(create[name])
         assert declared, name
-        assert all(s.get("pattern") == BLANK_REFUSED for s in declared), name
+        assert all(s.get("pattern") == refused for s in declared), name
     # The pattern refuses what the service refuses, and no more.
     pattern = re.compile(BLANK_REFUSED)
     for blank in (" ", "\t\n", "\u3000", "\u00a0", "\u2028\u0085", "\u2007\u202f"):
@@ -287,6 +290,8 @@ async def test_the_document_says_a_blank_text_value_is_refused(document: dict[st
         assert pattern.search(kept), repr(kept)
 
 
+# Scope ids are kept as sent, and blank only of ASCII white space.
+ASCII_BLANK_REFUSED = "[^ \\t\\n\\r\\f\\v]"
 # Unicode's White_Space: what the service strips from content and refuses alone.
 BLANK_REFUSED = ("[^\\t-\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029"
                  "\\u202f\\u205f\\u3000]")

@@ -536,12 +536,14 @@ async def test_tags_and_categories_are_composed_without_a_history_version(
     fresh_engine: AsyncEngine,
 ) -> None:
     """Migration 0033: a decomposed tag or category is stored composed (a list keeping the
-    first of two spellings), counted in the term statistics under it, with no new version
-    or history; a composed row is not written at all."""
+    first of two spellings), in the row and in the states its history keeps, counted in
+    the term statistics under it, with no new version or history; a composed row is not
+    written at all, and a label composing would take past 100 characters stays as sent."""
     await upgrade_to_head(fresh_engine, "0032")
     nfc, nfd = "caf\u00e9", "cafe\u0301"
+    long = "\u0958" * 60  # 120 characters composed: kept as sent
     rows = {"decomposed": ([nfd, "x"], nfd), "both": ([nfc, "y", nfd], "general"),
-            "composed": ([nfc], nfc)}
+            "composed": ([nfc], nfc), "long": ([long, nfd], long)}
     vector = "[" + ",".join(["0.05"] * 384) + "]"
     ids = {name: uuid.uuid4() for name in rows}
     async with fresh_engine.begin() as conn:
@@ -559,23 +561,29 @@ async def test_tags_and_categories_are_composed_without_a_history_version(
                 "FROM memories"))}
         return {name: found[ids[name]] for name in rows}
 
+    # A state the history keeps, as a PATCH wrote it: a revert compares it with the row.
+    async with fresh_engine.begin() as conn:
+        await conn.execute(text("UPDATE memories SET importance = 0.9 WHERE id = :id"),
+                           {"id": ids["decomposed"]})
     before = await stored()
     await upgrade_to_head(fresh_engine)
     after = await stored()
 
     assert (after["decomposed"].tags, after["decomposed"].category) == ([nfc, "x"], nfc)
+    assert (after["long"].tags, after["long"].category) == ([long, nfc], long)
     assert (after["both"].tags, after["both"].category) == ([nfc, "y"], "general")
     for name in rows:
         assert (after[name].version, after[name].updated_at) == \
             (before[name].version, before[name].updated_at)
     assert after["composed"].xmin == before["composed"].xmin
     async with fresh_engine.connect() as conn:
-        assert await conn.scalar(text("SELECT count(*) FROM memory_versions")) == 0
+        kept = (await conn.execute(text("SELECT tags, category FROM memory_versions"))).all()
+        assert [(list(r.tags), r.category) for r in kept] == [([nfc, "x"], nfc)]
         counts = {r.lexeme: int(r.df) for r in await conn.execute(text(
             "SELECT lexeme, sum(df) AS df FROM term_stats WHERE tenant_id = :t "
             "AND lexeme LIKE ' %' GROUP BY lexeme HAVING sum(df) <> 0"),
             {"t": DEFAULT_TENANT_ID})}
-    assert counts[f" tag:{nfc}"] == 3
+    assert counts[f" tag:{nfc}"] == 4
     assert counts[f" category:{nfc}"] == 2
     assert f" tag:{nfd}" not in counts
     assert f" category:{nfd}" not in counts
