@@ -8,10 +8,12 @@ one user's cursor on another user's listing served nothing)."""
 from __future__ import annotations
 
 import base64
+import dataclasses
+import enum
 import hashlib
 import json
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TypeVar
 
@@ -24,14 +26,43 @@ Row = TypeVar("Row")
 _INT4_MAX = 2**31 - 1
 
 
+# A cursor's longest: a session's id of 255 four-byte characters, base64 of its UTF-8.
+CURSOR_MAX_CHARS = 2048
+
+
 def listing(*parts: object) -> str:
-    """The digest a cursor carries of the listing it pages: an endpoint's name and what
-    narrows it (a filter dataclass, a memory's or session's id)."""
-    return hashlib.blake2b(repr(parts).encode(), digest_size=6).hexdigest()
+    """The digest a cursor carries of the listing it pages: an endpoint's name, the tenant
+    and what narrows it (a filter dataclass, a memory's or session's id), read as the
+    listing reads them: a list's order and repeats, an object's key order and 1 against
+    1.0 do not make another listing (a re-probe: `tags=a&tags=b` then `tags=b&tags=a`
+    was refused)."""
+    canonical = json.dumps(_canonical(parts), sort_keys=True, separators=(",", ":"))
+    return hashlib.blake2b(canonical.encode(), digest_size=6).hexdigest()
+
+
+def _canonical(value: object) -> object:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _canonical(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        # Every list a listing filters by matches as a set: tags (all), categories (any),
+        # a metadata array (containment).
+        return sorted({json.dumps(_canonical(v), sort_keys=True) for v in value})
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, enum.Enum):
+        return _canonical(value.value)
+    if isinstance(value, datetime | uuid.UUID):
+        return str(value)
+    return value
 
 
 def encode_cursor(created_at: datetime, key: uuid.UUID | str, of: str) -> str:
-    raw = json.dumps([created_at.isoformat(), str(key), of], separators=(",", ":"))
+    # Unescaped: a session's id of non-ASCII letters took 6 characters each, and a page
+    # of sessions named by 85 of them could not be followed (past the parameter's bound).
+    raw = json.dumps([created_at.isoformat(), str(key), of], separators=(",", ":"),
+                     ensure_ascii=False)
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 

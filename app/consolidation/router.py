@@ -17,6 +17,7 @@ from app.consolidation.schemas import (
     ConsolidationTrigger,
 )
 from app.consolidation.service import ConsolidationService
+from app.cursors import CURSOR_MAX_CHARS
 from app.deps import CallerDep, SessionDep, problems, refuse_unknown_params
 from app.errors import CUT_DETAIL
 from app.models import SCOPE_COLUMNS
@@ -85,7 +86,7 @@ async def list_consolidations(
     namespace: Annotated[ScopeId | None, Query(
         description="Only runs whose request named this namespace")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: Annotated[str | None, Query(max_length=512)] = None,
+    cursor: Annotated[str | None, Query(max_length=CURSOR_MAX_CHARS)] = None,
 ) -> ConsolidationPage:
     refuse_unknown_params(request, RUN_LIST_PARAMS)
     named = (user_id, agent_id, session_id, namespace)

@@ -128,7 +128,7 @@ class ConsolidationService:
 
     async def list(self, filters: RunFilter, *, limit: int,
                    cursor: str | None) -> ConsolidationPage:
-        of = listing("runs", filters)
+        of = listing("runs", self.tenant_id, filters)
         after = decode_cursor(cursor, of) if cursor else None
         runs, next_cursor = cut_page(
             await self.repository.page_runs(filters, limit=limit + 1, after=after),

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from app.consolidation.auto import AutoConsolidation
+from app.cursors import CURSOR_MAX_CHARS
 from app.deps import CallerDep, SessionDep, problems, refuse_unknown_params
 from app.errors import ValidationFailed
 from app.idempotency.http import IdempotencyKey, keyed_create
@@ -165,7 +166,7 @@ async def get_memory(memory_id: uuid.UUID, request: Request, caller: CallerDep) 
 async def get_memory_history(
     memory_id: uuid.UUID, request: Request, caller: CallerDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: Annotated[str | None, Query(max_length=512)] = None,
+    cursor: Annotated[str | None, Query(max_length=CURSOR_MAX_CHARS)] = None,
 ) -> MemoryHistory:
     refuse_unknown_params(request, frozenset({"limit", "cursor"}))
     return await (await _reads(request, caller)).history(memory_id, limit=limit, cursor=cursor)
@@ -193,7 +194,7 @@ async def list_memories(
     filters: FilterDep,
     include_archived: bool = False,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: Annotated[str | None, Query(max_length=512)] = None,
+    cursor: Annotated[str | None, Query(max_length=CURSOR_MAX_CHARS)] = None,
 ) -> MemoryPage:
     refuse_unknown_params(request, LIST_PARAMS)
     return await (await _reads(request, caller)).list(

@@ -263,7 +263,7 @@ class MemoryReads:
 
     async def history(self, memory_id: uuid.UUID, *, limit: int,
                       cursor: str | None) -> MemoryHistory:
-        of = listing("history", memory_id)
+        of = listing("history", self.reader.tenant_id, memory_id)
         before = decode_number_cursor(cursor, of) if cursor else None
         rows = await self.reader.versions(memory_id, limit=limit + 1, before=before)
         if rows is None:
@@ -274,7 +274,7 @@ class MemoryReads:
                              next_cursor=next_cursor)
 
     async def list(self, filters: MemoryFilter, *, limit: int, cursor: str | None) -> MemoryPage:
-        of = listing("memories", filters)
+        of = listing("memories", self.reader.tenant_id, filters)
         after = decode_cursor(cursor, of) if cursor else None
         rows, next_cursor = cut_page(await self.reader.page(filters, limit=limit + 1, after=after),
                                      limit, lambda r: (r["created_at"], r["id"]), of)

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 
+from app.cursors import CURSOR_MAX_CHARS
 from app.deps import CallerDep, SessionDep, problems, refuse_unknown_params
 from app.errors import problem_response
 from app.idempotency.http import IdempotencyKey, answered_before, keyed_create
@@ -68,7 +69,7 @@ async def list_sessions(
     health: Annotated[SessionHealthState | None, Query(
         description="The summariser's health, e.g. `degraded`.")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: Annotated[str | None, Query(max_length=512)] = None,
+    cursor: Annotated[str | None, Query(max_length=CURSOR_MAX_CHARS)] = None,
 ) -> SessionPage:
     refuse_unknown_params(request, LIST_PARAMS)
     filters = SessionFilter(user_id=user_id, agent_id=agent_id, strategy=strategy,
@@ -135,7 +136,7 @@ async def configure_session(session_id: SessionId, body: SessionConfig, request:
 async def list_turns(
     session_id: SessionId, request: Request, caller: CallerDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: Annotated[str | None, Query(max_length=512)] = None,
+    cursor: Annotated[str | None, Query(max_length=CURSOR_MAX_CHARS)] = None,
 ) -> TurnPage:
     refuse_unknown_params(request, PAGE_PARAMS)
     return await (await _reads(request, caller)).turns(session_id, limit, cursor)
@@ -197,7 +198,7 @@ async def delete_sessions(
 async def list_session_events(
     session_id: SessionId, request: Request, caller: CallerDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: Annotated[str | None, Query(max_length=512)] = None,
+    cursor: Annotated[str | None, Query(max_length=CURSOR_MAX_CHARS)] = None,
 ) -> SessionEventPage:
     refuse_unknown_params(request, PAGE_PARAMS)
     return await (await _reads(request, caller)).events(session_id, limit, cursor)

@@ -228,7 +228,7 @@ class SessionReads:
         return session_answer(await self._state(session_id), self.folds, self.retention)
 
     async def list(self, filters: SessionFilter, limit: int, cursor: str | None) -> SessionPage:
-        of = listing("sessions", filters)
+        of = listing("sessions", self.reader.tenant_id, filters)
         after = decode_text_cursor(cursor, of) if cursor else None
         page, next_cursor = cut_page(await self.reader.list(filters, limit + 1, after),
                                      limit, lambda s: (s.created_at, s.session_id), of)
@@ -252,7 +252,7 @@ class SessionReads:
 
     async def turns(self, session_id: str, limit: int, cursor: str | None) -> TurnPage:
         """The log, newest first: every turn, folded, dropped or not."""
-        of = listing("turns", session_id)
+        of = listing("turns", self.reader.tenant_id, session_id)
         before = decode_number_cursor(cursor, of) if cursor else None
         await self._state(session_id)
         page, next_cursor = cut_page(
@@ -261,7 +261,7 @@ class SessionReads:
         return TurnPage(items=[_turn(t) for t in page], next_cursor=next_cursor)
 
     async def events(self, session_id: str, limit: int, cursor: str | None) -> SessionEventPage:
-        of = listing("events", session_id)
+        of = listing("events", self.reader.tenant_id, session_id)
         after = decode_cursor(cursor, of) if cursor else None
         await self._state(session_id)
         page, next_cursor = cut_page(await self.reader.events(session_id, limit + 1, after),

@@ -9,6 +9,9 @@ import uuid
 
 import httpx
 
+from app.resources import Resources
+from tests.conftest import create_tenant_key, make_client
+
 
 async def _memories(client: httpx.AsyncClient, user: str, count: int) -> None:
     for i in range(count):
@@ -58,3 +61,57 @@ async def test_a_cursor_pages_its_own_listing_and_no_other(client: httpx.AsyncCl
     paged = await client.get("/v1/consolidations", params={"cursor": run_cursor})
     assert paged.status_code == 200, paged.text
     assert len(paged.json()["items"]) == 1
+
+
+async def test_a_next_page_follows_its_filters_however_they_are_spelt(
+    client: httpx.AsyncClient,
+) -> None:
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    for i in range(3):
+        made = await client.post("/v1/memories", json={
+            "content": f"Tagged fact {i}", "user_id": user, "tags": ["a", "b"],
+            "metadata": {"x": 1, "y": 2}})
+        assert made.status_code == 201, made.text
+
+    first = await client.get("/v1/memories", params={
+        "user_id": user, "tags": ["a", "b"], "metadata": '{"x": 1, "y": 2}', "limit": 1})
+    cursor = first.json()["next_cursor"]
+    rest = await client.get("/v1/memories", params={
+        "user_id": user, "tags": ["b", "a", "b"], "metadata": '{"y": 2, "x": 1.0}',
+        "cursor": cursor})
+
+    assert rest.status_code == 200, rest.text
+    assert len(rest.json()["items"]) == 2
+
+
+async def test_another_tenants_cursor_is_refused(
+    client: httpx.AsyncClient, resources: Resources,
+) -> None:
+    """A re-probe: the same filters in another tenant took it, and skipped its rows."""
+    other = await create_tenant_key(resources)
+    async with make_client(resources, other.headers) as theirs:
+        for c in (client, theirs):
+            await _memories(c, "u", 2)
+        first = await theirs.get("/v1/memories", params={"user_id": "u", "limit": 1})
+        _refused(await client.get("/v1/memories", params={
+            "user_id": "u", "cursor": first.json()["next_cursor"]}))
+
+
+async def test_a_page_of_sessions_named_in_non_ascii_letters_is_followed(
+    client: httpx.AsyncClient,
+) -> None:
+    """A re-probe: a session's id of 85 non-ASCII letters made a cursor past the 512
+    characters the parameter took, so the listing stopped there."""
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    for tail in ("x", "y"):
+        sid = "\u00e9" * 250 + tail * 5
+        made = await client.post(f"/v1/sessions/{sid}/turns", json={
+            "role": "user", "content": "hello", "user_id": user})
+        assert made.status_code == 201, made.text
+
+    first = await client.get("/v1/sessions", params={"user_id": user, "limit": 1})
+    rest = await client.get("/v1/sessions", params={
+        "user_id": user, "cursor": first.json()["next_cursor"]})
+
+    assert rest.status_code == 200, rest.text
+    assert len(rest.json()["items"]) == 1

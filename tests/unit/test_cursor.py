@@ -137,3 +137,17 @@ def test_a_number_cursor_outside_int4_digits_is_refused(key: str) -> None:
     assert caught.value.status == 422
     assert caught.value.errors is not None
     assert [e.field for e in caught.value.errors] == ["query.cursor"]
+
+
+def test_a_listing_is_its_filters_as_the_listing_reads_them() -> None:
+    """A re-probe: tags in another order, an object's keys in another order, 1 for 1.0 had
+    made another listing, and a legitimate next page was refused."""
+    tenant = uuid.uuid4()
+    same = [
+        ("memories", tenant, {"tags": ["a", "b"], "metadata": {"x": 1, "y": [1, 2]}}),
+        ("memories", tenant, {"metadata": {"y": [2, 1, 2], "x": 1.0}, "tags": ["b", "a", "b"]}),
+    ]
+    assert listing(*same[0]) == listing(*same[1])
+    assert listing("memories", uuid.uuid4(), same[0][2]) != listing(*same[0])
+    assert listing("memories", tenant, {"tags": ["a"]}) != listing(*same[0])
+    assert listing("runs", tenant, same[0][2]) != listing(*same[0])
