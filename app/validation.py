@@ -144,8 +144,10 @@ _NUMERIC = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)\s*")
 _DATE_ONLY = re.compile(r"\s*\d{4}-\d{2}-\d{2}\s*")
 # A '+' of an offset sent unencoded in a query string arrives as a blank.
 _PLUS_AS_BLANK = re.compile(r".*[Tt ]\d{2}:\d{2}(:\d{2}([.,]\d+)?)? \d{2}(:?\d{2})?")
-# RFC 3339 allows second 60 (a leap second); Python's datetime does not hold it.
-_LEAP_SECOND = re.compile(r"(.*[Tt ]\d{2}:\d{2}:)60(?:[.,]\d+)?(.*)")
+# RFC 3339 allows second 60 (a leap second); Python's datetime does not hold it. Whole:
+# date, hour and minute, 60, a fraction, an offset (a looser pattern took "23:59:600Z").
+_LEAP_SECOND = re.compile(
+    r"(\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:)60(?:[.,]\d+)?([Zz]|[+-]\d{2}:?\d{2})")
 _EXAMPLE = "(RFC 3339, e.g. 2026-01-31T12:00:00Z)"
 
 
@@ -169,10 +171,24 @@ def _rfc3339_only(value: Any) -> Any:
             "a URL's query string must be sent as %2B")
     leap = _LEAP_SECOND.fullmatch(value)
     if leap:
-        # The last instant datetime holds before it, so a bound or a time written at a
-        # leap second orders as it should among every other.
-        return f"{leap.group(1)}59.999999{leap.group(2)}"
+        return _before_leap_second(leap)
     return value
+
+
+def _before_leap_second(leap: re.Match[str]) -> str:
+    """The last instant datetime holds before the leap second, so a time written at one
+    orders as it should among every other (an upper bound at it is rounded up past it,
+    `_rounded_up`). A leap second falls at the last minute of a UTC day only."""
+    head, offset = leap.group(1), leap.group(2)
+    try:
+        minute = datetime.fromisoformat(f"{head}59{offset.upper()}").astimezone(UTC)
+    except ValueError:
+        return leap.group(0)  # pydantic's own refusal says what is wrong
+    if (minute.hour, minute.minute) != (23, 59):
+        raise PydanticCustomError(
+            "datetime_parsing", "Input has second 60, a leap second, outside the last "
+            "minute of a UTC day (23:59:60Z)")
+    return f"{head}59.999999{offset}"
 
 
 # Digits past the microsecond, which pydantic drops (datetime holds no finer).
@@ -183,11 +199,12 @@ def _rounded_up(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
     """An exclusive upper bound (`created_at < bound`) rounded up to the microsecond, not
     down: `created_before=...00.1234567Z` truncated to .123456 left out a memory
     created at .123456, before the bound the client sent (.NET and Java clocks write
-    seven digits and more). A lower bound truncates correctly, as it is."""
+    seven digits and more). A leap second too: taken as 23:59:59.999999, a bound at it
+    left out a memory of that instant. A lower bound truncates correctly, as it is."""
     parsed = handler(value)
     if isinstance(value, str) and isinstance(parsed, datetime):
         extra = _SUB_MICROSECOND.search(value)
-        if extra and extra.group(1).strip("0"):
+        if (extra and extra.group(1).strip("0")) or _LEAP_SECOND.fullmatch(value):
             try:
                 return parsed + timedelta(microseconds=1)
             except OverflowError:

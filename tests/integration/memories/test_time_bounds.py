@@ -71,13 +71,28 @@ async def test_a_leap_second_is_taken_as_the_last_microsecond_before_it(
     assert made.status_code == 201, made.text
     assert made.json()["created_at"] == "2016-12-31T23:59:59.999999Z"
 
-    listed = await client.get("/v1/memories", params={
-        "created_after": "2016-12-31T23:59:59Z", "created_before": "2016-12-31T23:59:60Z"})
-    assert listed.status_code == 200, listed.text
-    assert listed.json()["items"] == []  # the bound is the same instant: < leaves it out
-    listed = await client.get("/v1/memories", params={
-        "created_after": "2016-12-31T23:59:59Z", "created_before": "2017-01-01T00:00:00Z"})
-    assert [m["id"] for m in listed.json()["items"]] == [made.json()["id"]]
+    # A bound at the leap second keeps what came before it (a re-probe: taken as
+    # :59.999999, it had left out the memory of that very instant) ...
+    for bound in ("2016-12-31T23:59:60Z", "2016-12-31T23:59:60.5Z",
+                  "2017-01-01T00:00:00Z"):
+        listed = await client.get("/v1/memories", params={
+            "created_after": "2016-12-31T23:59:59Z", "created_before": bound})
+        assert listed.status_code == 200, listed.text
+        assert [m["id"] for m in listed.json()["items"]] == [made.json()["id"]], bound
+    # ... and a lower bound at it leaves it out, the same instant.
+    after = await client.get("/v1/memories", params={"created_after": "2016-12-31T23:59:60Z"})
+    assert after.json()["items"] == []
+
+
+@pytest.mark.parametrize("moment", [
+    "2016-12-31T10:17:60+01:00",  # a leap second falls at 23:59:60 UTC only
+    "2016-12-31T23:59:600Z", "2016-12-31T23:59:6012345Z",  # not a time at all
+])
+async def test_a_second_60_that_is_no_leap_second_is_422(
+    client: httpx.AsyncClient, moment: str,
+) -> None:
+    made = await client.post("/v1/memories", json={"content": "x", "created_at": moment})
+    assert_validation_problem(made, "created_at")
 
 
 @pytest.mark.parametrize(("moment", "says"), [
