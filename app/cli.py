@@ -123,6 +123,16 @@ async def _migrate(settings: Settings) -> int:
     return 0
 
 
+def _spelt_apart(name: str, like: str) -> str:
+    """How two names that read the same differ, when only their Unicode forms do ('Café'
+    composed and decomposed printed as the same word twice)."""
+    from app.unicode_forms import composed
+
+    if composed(name) != composed(like):
+        return ""
+    return f" (the same letters written apart: {name!a} and {like!a})"
+
+
 async def _keys(settings: Settings, args: argparse.Namespace) -> int:
     from app.db import create_sessionmaker
     from app.tenants.keys import display_prefix, hash_key, new_key
@@ -135,9 +145,10 @@ async def _keys(settings: Settings, args: argparse.Namespace) -> int:
                 like = await repo.tenant_named_like(args.tenant)
                 if like is not None:
                     # Names are exact: the key would go to a new, empty tenant.
-                    print(f"engram: no tenant named {args.tenant!r}, but there is {like!r}; "
-                          f"pass --tenant {like!r}, or --new-tenant to create "
-                          f"{args.tenant!r} beside it", file=sys.stderr)
+                    print(f"engram: no tenant named {args.tenant!r}, but there is {like!r}"
+                          f"{_spelt_apart(args.tenant, like)}; pass --tenant {like!r}, or "
+                          f"--new-tenant to create {args.tenant!r} beside it",
+                          file=sys.stderr)
                     return 2
             tenant = await repo.ensure_tenant(args.tenant)
             key = new_key()

@@ -3,10 +3,10 @@ characters that are never shown.
 
 PostgreSQL's parser lowers a word's letters one by one: a capital sigma becomes the
 medial one, never the final (so "ΚΩΣΤΑΣ" never matched "Κωστας"), and a sharp s stays
-one letter (so "GROSSSTRASSE" never matched "Großstraße"). And it ends a word at a soft
-hyphen or a zero-width space, joiner or non-joiner, a word joiner or a byte-order mark,
-which text copied from web pages holds inside words: "pass\u00adword" was two words, and
-"password" matched neither (an exploratory probe). `engram_text_form()` is the text the
+one letter (so "GROSSSTRASSE" never matched "Großstraße"). And it keeps a soft hyphen, a
+zero-width space, joiner or non-joiner, a word joiner or a byte-order mark inside the
+word it stands in, which text copied from web pages holds: "pass\u00adword" was a word of
+its own, which "password" never matched (an exploratory probe). `engram_text_form()` is the text the
 parser reads, of the content (the trigger) and of the query (app/search/repository.py,
 in SQL, so both are normalised by the same Unicode tables: the query had been by
 Python's, a version older than PostgreSQL 18's, and a word of the letters Unicode 16 added

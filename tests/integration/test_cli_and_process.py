@@ -332,8 +332,11 @@ async def test_a_key_for_a_tenant_named_like_another_but_for_case_is_refused(
 
     assert refused.returncode == 2, refused.stderr
     assert refused.stdout == ""
+    # Two names that print alike are told apart by their code points.
+    apart = (f" (the same letters written apart: {upper!a} and {tenant!a})"
+             if "\u0301" in upper else "")
     assert meaningful_lines(refused.stderr) == [
-        f"engram: no tenant named {upper!r}, but there is {tenant!r}; pass --tenant "
+        f"engram: no tenant named {upper!r}, but there is {tenant!r}{apart}; pass --tenant "
         f"{tenant!r}, or --new-tenant to create {upper!r} beside it"]
     listed = await cli(database_url, "tenants", "list")
     assert f" {upper} " not in listed.stdout
