@@ -7,7 +7,7 @@ import json
 import logging
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, NamedTuple, cast
 
@@ -107,6 +107,12 @@ class MemoryFilter:
     created_after: datetime | None = None
     created_before: datetime | None = None
     metadata: dict[str, Any] | None = None  # jsonb containment; None or {}: any
+
+    def given(self) -> list[str]:
+        """The filters set, by name: what a log line may say of an erasure, whose values
+        are what was erased."""
+        return [f.name for f in fields(self)
+                if getattr(self, f.name) not in (None, False, [], (), {})]
 
 
 DELETE_BATCH = 1000

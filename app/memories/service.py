@@ -216,10 +216,11 @@ class MemoryService:
                 and not filters.tags and not filters.categories and not filters.metadata:
             raise ValidationFailed.on("query", DELETE_GUARD)
         deleted = await self.repository.delete_matching(replace(filters, include_archived=True))
-        # The metadata's values may be what was erased; its keys say what matched.
+        # What was erased is named by which filters it matched, not by their values: an
+        # erasure's log line kept the user's id, tags and categories it erased (an
+        # exploratory probe; the metadata's values were already left out).
         log.info("deleted %d memories of tenant %s matching %s", len(deleted),
-                 self.repository.tenant_id,
-                 replace(filters, metadata=dict.fromkeys(filters.metadata or {}, "...")))
+                 self.repository.tenant_id, ", ".join(filters.given()))
         dissolved = await self._release(deleted)
         scope = {c: v for c in SCOPE_COLUMNS if (v := getattr(filters, c)) is not None}
         narrowed = (filters.tags, filters.categories, filters.fact_role, filters.metadata,

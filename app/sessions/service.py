@@ -201,7 +201,10 @@ class SessionService:
                                       "one the delete would remove every session of the "
                                       "tenant")
         deleted = await self.repository.delete_of(user_id=user_id, agent_id=agent_id)
-        log.info("deleted %d sessions of user %s, agent %s", deleted, user_id, agent_id)
+        # By which ids, not the ids: the user's is what was erased.
+        log.info("deleted %d sessions of tenant %s by %s", deleted, self.repository.tenant_id,
+                 " and ".join(n for n, v in (("user_id", user_id), ("agent_id", agent_id))
+                              if v is not None))
         return deleted
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -266,3 +267,31 @@ async def test_erasing_a_user_of_many_sessions_holds_a_bounded_number_of_locks(
 
     assert 1 < held <= repository.FAMILY_SLOTS
     assert await forget(client, user_id="heavy") == sessions
+
+
+async def test_an_erasure_is_logged_by_its_filters_names_not_their_values(
+    client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An observability probe: the log line of a user's erasure kept the user's id, its
+    tags and categories (the metadata's values were already left out)."""
+    user, tag, category = "jane.doe@example.com", "hiv-positive", "medical-condition"
+    await seed(client, [{"content": "x", "user_id": user, "tags": [tag],
+                         "category": category, "metadata": {"diagnosis": "HIV"}}])
+    await client.post(f"/v1/sessions/s-{user}/turns", json={
+        "role": "user", "content": "hello", "user_id": user})
+
+    with caplog.at_level(logging.INFO):
+        erased = await client.request("DELETE", "/v1/memories", params={
+            "user_id": user, "tags": tag, "categories": category,
+            "metadata": json.dumps({"diagnosis": "HIV"})})
+        sessions = await client.request("DELETE", "/v1/sessions", params={"user_id": user})
+
+    assert erased.json()["deleted"] == 1
+    assert sessions.status_code == 200, sessions.text
+    # The service's own lines (the test's HTTP client logs its requests' URLs too).
+    logged = "\n".join(r.getMessage() for r in caplog.records
+                       if r.name.startswith("engram"))
+    assert "matching user_id, tags, categories, metadata" in logged
+    assert "sessions of tenant" in logged and "by user_id" in logged
+    for value in (user, tag, category, "HIV"):
+        assert value not in logged
