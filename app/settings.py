@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -347,6 +348,22 @@ class Settings(BaseSettings):
                 "ENGRAM_OPENAI_API_KEY is required when ENGRAM_EMBEDDER=openai "
                 "points at api.openai.com"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _check_key_and_url_credentials(self) -> Settings:
+        # A URL's user:password@ is sent as HTTP Basic in Authorization, which httpx puts
+        # in place of the key's Bearer: the key was never sent (an observability probe).
+        for prefix, url, key, header in (
+                ("OPENAI", self.openai_base_url, self.openai_api_key,
+                 self.openai_api_key_header),
+                ("LLM", self.llm_base_url, self.llm_api_key, self.llm_api_key_header)):
+            if (url and key is not None and header.lower() == BEARER.lower()
+                    and urlsplit(url).username is not None):
+                raise ValueError(
+                    f"ENGRAM_{prefix}_BASE_URL's user and password and ENGRAM_{prefix}_API_KEY "
+                    "both go in the Authorization header, where only one fits: drop one, or "
+                    f"send the key in another header (ENGRAM_{prefix}_API_KEY_HEADER)")
         return self
 
     @model_validator(mode="after")

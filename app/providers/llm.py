@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import httpx
 
 from app.errors import ProviderError
-from app.providers.answer_preview import answer_preview
+from app.providers.answer_preview import answer_preview, provider_message, secrets_of
 from app.providers.endpoint_url import endpoint_url
 from app.providers.key_header import BEARER, key_headers
 from app.providers.retry_after import retry_after_seconds
@@ -121,6 +121,7 @@ class ChatCompletionsClient:
         self._max_tokens = max_tokens
         self._headers = key_headers(api_key, key_header)
         self._api_key = api_key
+        self._secrets = secrets_of(base_url)
         self._owns_client = http_client is None
         self._client = http_client or httpx.AsyncClient(timeout=timeout)
 
@@ -198,7 +199,7 @@ class ChatCompletionsClient:
         except _TooLarge:
             return _bad(f"the LLM's answer is larger than {MAX_ANSWER_BYTES} bytes"), None
         if response.status_code != 200:
-            self._log_body(f"HTTP {response.status_code}", body)
+            self._log_body(f"the LLM answered HTTP {response.status_code}", body)
             return LLMError(
                 f"the LLM answered HTTP {response.status_code}",
                 code="llm_http_error",
@@ -211,11 +212,16 @@ class ChatCompletionsClient:
         return answer, None
 
     def _log_body(self, what: str, body: bytes) -> None:
-        """The operator's log gets the start of an answer that is no completion; the
-        error, which reaches tenants (a session's events and health), does not: this
-        client's key and endpoint are the operator's, shared by every tenant."""
-        log.warning("the LLM answered %s: %s", what,
-                    answer_preview(body, limit=200, api_key=self._api_key))
+        """The operator's log gets what the provider said of an answer that is no
+        completion, and its start at DEBUG (app/providers/answer_preview.py); the error,
+        which reaches tenants (a session's events and health), does not: this client's
+        key and endpoint are the operator's, shared by every tenant."""
+        said = provider_message(body, limit=200, api_key=self._api_key,
+                                secrets=self._secrets)
+        log.warning("%s%s", what, f": {said}" if said else "")
+        log.debug("the LLM's answer began %s",
+                  answer_preview(body, limit=200, api_key=self._api_key,
+                                 secrets=self._secrets))
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:

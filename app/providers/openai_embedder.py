@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from app.errors import ProviderError
-from app.providers.answer_preview import answer_preview
+from app.providers.answer_preview import answer_preview, provider_message, secrets_of
 from app.providers.embedder import Vector
 from app.providers.endpoint_url import endpoint_url
 from app.providers.key_header import BEARER, key_headers
@@ -81,6 +81,7 @@ class OpenAIEmbedder:
         self._url = endpoint_url(base_url, "embeddings")
         self._headers = key_headers(api_key, key_header)
         self._api_key = api_key
+        self._secrets = secrets_of(base_url)
         # `dimensions` and `encoding_format` are sent until the endpoint refuses them
         # and answers without them (see _without_options), which is asked once.
         self._options = True
@@ -172,9 +173,13 @@ class OpenAIEmbedder:
                     _count(started, "ok")
                     return vectors
                 # The body stays in the log (app/providers/answer_preview.py).
-                log.warning("embeddings API answered %d: %s", response.status_code,
-                            answer_preview(response.text, limit=500,
-                                           api_key=self._api_key))
+                said = provider_message(response.text, limit=500, api_key=self._api_key,
+                                        secrets=self._secrets)
+                log.warning("embeddings API answered %d%s", response.status_code,
+                            f": {said}" if said else "")
+                log.debug("the embeddings API's answer began %s",
+                          answer_preview(response.text, limit=500, api_key=self._api_key,
+                                         secrets=self._secrets))
                 retry_after = retry_after_seconds(response)
                 too_large = _too_large(response)
                 error = _answered(response.status_code, retry_after, len(texts), too_large)

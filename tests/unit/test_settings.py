@@ -320,3 +320,19 @@ def test_the_log_level_is_taken_in_either_case() -> None:
     refused at start."""
     assert Settings(log_level="INFO").log_level == "info"
     assert Settings(log_level="Warning").log_level == "warning"
+
+
+@pytest.mark.parametrize("prefix", ["openai", "llm"])
+def test_url_credentials_and_a_bearer_key_cannot_both_be_sent(prefix: str) -> None:
+    """An observability probe: httpx sends a URL's user:password@ as HTTP Basic in place
+    of the key's Bearer, so the key set was never sent."""
+    url = {f"{prefix}_base_url": "http://user:secret@gateway.example/v1",
+           f"{prefix}_api_key": "sk-key"}
+    with pytest.raises(ValidationError) as caught:
+        Settings(**url)  # type: ignore[arg-type]
+    said = format_settings_error(caught.value)
+    assert f"ENGRAM_{prefix.upper()}_BASE_URL's user and password" in said
+    assert "secret" not in said
+    assert "sk-key" not in said
+    # In another header, both go.
+    Settings(**url, **{f"{prefix}_api_key_header": "api-key"})  # type: ignore[arg-type]

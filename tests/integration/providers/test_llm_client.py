@@ -215,6 +215,20 @@ async def test_an_answer_cut_off_or_filtered_is_incomplete_and_not_retried(
     assert len(server.requests) == 1  # the same prompt would be cut again
 
 
+async def test_an_incomplete_answer_is_logged_without_what_it_says(
+    server: FakeLLMServer, client: ChatCompletionsClient, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An observability probe: a cut-off completion, a summary of users' memories, went
+    to the WARNING line ("the LLM answered the LLM's answer is incomplete: ...")."""
+    server.script(Reply("Summary: the user's PIN is 1234 and", finish_reason="length"))
+
+    with caplog.at_level(logging.WARNING, logger="engram.llm"), pytest.raises(LLMError):
+        await client.complete("s", "u")
+
+    [line] = [r.getMessage() for r in caplog.records if r.name == "engram.llm"]
+    assert line == "the LLM's answer is incomplete (finish_reason 'length')"
+
+
 @pytest.mark.parametrize("finish_reason", ["stop", "eos", None])
 async def test_an_answer_ended_otherwise_is_the_answer(
     server: FakeLLMServer, client: ChatCompletionsClient, finish_reason: str | None

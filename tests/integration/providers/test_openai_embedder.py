@@ -4,6 +4,7 @@ stable problem+json and write nothing when the provider fails."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
 import hashlib
@@ -116,6 +117,12 @@ class Garbage:
 
 
 @dataclass(frozen=True)
+class Echo:
+    """A 500 repeating what it was sent, as some providers' errors do: the inputs (users'
+    text), the URL's query and the Authorization header."""
+
+
+@dataclass(frozen=True)
 class NoData:
     """Valid JSON without `data`."""
 
@@ -156,7 +163,7 @@ class Booleans:
 
 Behaviour = (Succeed | Fail | Hang | Garbage | NoData | WrongDims | Fewer | ZeroVector | Indexed
              | Scaled | Booleans | RefuseOptions | BatchLimit | RefuseText | Trickle
-             | HugeNumber)
+             | HugeNumber | Echo)
 
 
 @dataclass(frozen=True)
@@ -284,6 +291,11 @@ class _Handler(BaseHTTPRequestHandler):
                 self._embeddings([raw_vector(t) for t in inputs])
             case Garbage(body=payload, content_encoding=encoding):
                 self._send(200, payload, content_type="text/html", content_encoding=encoding)
+            case Echo():
+                said = (f"embed exploded on {inputs} for {self.path} "
+                        f"auth={self.headers.get('Authorization')}")
+                self._send(500, json.dumps({"error": {"message": "upstream failed"},
+                                            "echo": said}).encode())
             case NoData():
                 self._send(200, b'{"object": "list", "model": "fake", "usage": {}}')
             case WrongDims(dims=dims):
@@ -424,6 +436,31 @@ async def test_no_key_sends_no_authorization_header(server: FakeEmbeddingsServer
         await embedder.aclose()
 
     assert server.requests[0].authorization is None
+
+
+async def test_a_failing_answer_is_logged_by_its_message_and_its_body_only_at_debug(
+    server: FakeEmbeddingsServer, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An observability probe: a provider's 500 echoing its input put users' memory text
+    and search queries in the WARNING line, and the URL's credentials in it too."""
+    url = server.base_url.replace("http://", "http://embuser:EMBPASS123@") + "?api-key=QKEY1234"
+    embedder = make_embedder(url, api_key=None, max_retries=0)
+    server.script(Echo())
+    try:
+        with caplog.at_level(logging.DEBUG, logger="engram.embedder"), \
+                pytest.raises(EmbeddingError):
+            await embedder.embed(["Jane's diagnosis is private"])
+    finally:
+        await embedder.aclose()
+
+    lines = {r.levelname: r.getMessage() for r in caplog.records
+             if r.name == "engram.embedder" and "answer" in r.getMessage()}
+    assert lines["WARNING"] == "embeddings API answered 500: 'upstream failed'"
+    assert "diagnosis is private" in lines["DEBUG"]  # what the operator asks for, at DEBUG
+    assert "diagnosis" not in lines["WARNING"]
+    for secret in ("EMBPASS123", "embuser", "QKEY1234",
+                   base64.b64encode(b"embuser:EMBPASS123").decode()):
+        assert secret not in lines["DEBUG"]
 
 
 @pytest.mark.parametrize("header", ["api-key", "API-Key"])

@@ -193,7 +193,7 @@ async def test_the_llm_endpoints_answer_never_reaches_the_tenant(
         async with make_client(res, tenant.headers) as client:
             await say(client, sid, 7)
             llm_server.script(failure)
-            with caplog.at_level("WARNING", logger="engram.llm"):
+            with caplog.at_level("DEBUG", logger="engram.llm"):
                 outcome = await fold(res, tenant, sid)
             session = await get_json(client, f"/v1/sessions/{sid}")
             context = await get_json(client, f"/v1/sessions/{sid}/context")
@@ -208,12 +208,23 @@ async def test_the_llm_endpoints_answer_never_reaches_the_tenant(
     assert secret not in said
     assert "Invalid request" not in said
     assert "proxy error" not in said
-    # The operator's log keeps what the endpoint said, without the key.
-    [line] = [r.getMessage() for r in caplog.records
-              if r.name == "engram.llm" and "the LLM answered" in r.getMessage()]
-    assert ("Invalid request" in line) or ("proxy error" in line)
-    assert secret not in line
-    assert "[the API key]" in line
+    # The operator's log keeps what the endpoint said, without the key: its error's
+    # message at WARNING, the answer's start only at DEBUG (it may hold users' text).
+    [warning] = [r.getMessage() for r in caplog.records
+                 if r.name == "engram.llm" and r.levelname == "WARNING"
+                 and "the LLM answered" in r.getMessage()]
+    [debug] = [r.getMessage() for r in caplog.records
+               if r.name == "engram.llm" and r.levelname == "DEBUG"
+               and "answer began" in r.getMessage()]
+    assert ("Invalid request" in debug) or ("proxy error" in debug)
+    if isinstance(failure, EchoAuthorization):
+        assert "Invalid request" in warning
+        assert "[the API key]" in warning
+    else:
+        assert warning == "the LLM answered a body that is not JSON"
+    for line in (warning, debug):
+        assert secret not in line
+    assert "[the API key]" in debug
 
 
 async def test_health_walks_retry_degraded_recovering_healthy_and_says_so(
