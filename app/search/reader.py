@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import db_tcp, db_timeout
 from app.db import CONNECT_TIMEOUT_SECONDS, asyncpg_dsn, server_settings
-from app.errors import pool_wait_expired, statement_timed_out
+from app.errors import DatabaseUnavailable, pool_wait_expired, statement_timed_out
 from app.settings import Settings
 
 log = logging.getLogger("engram.search")
@@ -110,13 +110,23 @@ class SearchReader:
             return await self._fetch(query, *args)
 
     async def _fetch(self, query: str, *args: Any) -> Sequence[Sequence[Any]]:
+        waited = asyncio.timeout(self._wait)
         try:
             # Not acquire(timeout=): that wraps every acquire in a task (asyncio.wait_for),
             # on the search's path twice a request.
-            async with asyncio.timeout(self._wait):
+            async with waited:
                 connection = await self._pool.acquire()
         except TimeoutError as exc:
-            raise pool_wait_expired(self._wait) from exc
+            if waited.expired():
+                raise pool_wait_expired(self._wait) from exc
+            # A new connection the server did not answer within CONNECT_TIMEOUT_SECONDS:
+            # a database that stopped answering, not a busy pool (a frozen server's
+            # requests had answered database_busy, "no connection free within 30 s",
+            # after 10 s, and logged nothing; an observability probe).
+            log.warning("the database did not answer a new read connection within %g s",
+                        CONNECT_TIMEOUT_SECONDS)
+            raise DatabaseUnavailable("the database did not answer a new connection; "
+                                      "retry later") from exc
         try:
             rows: Sequence[Sequence[Any]] = await connection.fetch(query, *args)
         except TimeoutError as exc:

@@ -12,6 +12,7 @@ import httpx
 import pytest
 from sqlalchemy import text
 
+from app.errors import DatabaseUnavailable
 from app.resources import Resources
 from app.search import reader as reader_module
 from app.search.reader import RELEASE_SECONDS, SearchReader
@@ -160,3 +161,28 @@ async def test_closing_a_pool_whose_connection_is_never_given_back_is_bounded(
 
     assert time.monotonic() - started < 2
     assert "read connections still in use after 0.5 s; closed" in caplog.text
+
+
+async def test_a_server_that_does_not_answer_a_new_connection_is_unavailable_not_busy(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An observability probe: with the database frozen, a read whose pool had to open a
+    connection answered database_busy, "no database connection was free within 30 s",
+    after the 10 s connect timeout, and logged nothing."""
+    async def silent(reader_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(30)  # accepts, never answers: a frozen server
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    pool = await asyncpg.create_pool(f"postgresql://u:p@127.0.0.1:{port}/d", min_size=0,
+                                     max_size=1, timeout=0.3)
+    reader = SearchReader(pool, 5.0, 5.0)
+    try:
+        started = time.monotonic()
+        with pytest.raises(DatabaseUnavailable):
+            await reader.fetch("SELECT 1")
+        assert time.monotonic() - started < 2  # the connect timeout, not the pool wait
+    finally:
+        pool.terminate()
+        server.close()
+    assert "did not answer a new read connection" in caplog.text
