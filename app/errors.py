@@ -367,6 +367,13 @@ DATABASE_FAILURES: tuple[type[Exception], ...] = (
 _UNAVAILABLE_STATES = frozenset({"57P01", "57P02", "57P03", "53300"})
 
 
+def describe(exc: BaseException) -> str:
+    """`exc` for a log line: its class and its words. A timeout has no words, and lines
+    ended "failed: " or "cannot be reached ()" (an observability probe)."""
+    said = str(exc)
+    return f"{type(exc).__name__}: {said}" if said else type(exc).__name__
+
+
 def log_failed_round(logger: logging.Logger, exc: BaseException, message: str,
                      *args: object) -> None:
     """A background round's failure (housekeeping, the sweeps): one WARNING line when the
@@ -374,7 +381,8 @@ def log_failed_round(logger: logging.Logger, exc: BaseException, message: str,
     retries (a traceback a second while the embedded server restarted read as a fault);
     else ERROR with its traceback."""
     if is_connection_failure(exc):
-        logger.warning(f"{message}: the database cannot be reached (%s)", *args, exc)
+        logger.warning(f"{message}: the database cannot be reached (%s)", *args,
+                       describe(exc))
     else:
         logger.error(message, *args, exc_info=exc)
 

@@ -12,7 +12,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from app.errors import is_connection_failure
+from app.errors import describe, is_connection_failure
 from app.service.request_id import RequestIdFilter
 
 LogFormat = Literal["text", "json"]
@@ -71,7 +71,7 @@ class PoolOutageFilter(logging.Filter):
             exc = record.exc_info[1]
             said = record.getMessage().replace("%", "%%")
             record.msg = f"{said}: the database cannot be reached (%s)"
-            record.args = (exc,)
+            record.args = (describe(exc),)
             record.exc_info, record.exc_text = None, None
         return True
 

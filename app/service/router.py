@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from sqlalchemy import text
 
 from app.deps import problem_responses
-from app.errors import DatabaseUnavailable
+from app.errors import DatabaseUnavailable, describe
 from app.migrate import current_revisions, head_revision, newer_schema
 from app.service.metrics import render_metrics
 
@@ -49,7 +49,7 @@ async def readyz(request: Request) -> Readiness:
                 await conn.execute(text("SELECT 1"))
             current = await current_revisions(engine)
     except Exception as exc:
-        log.warning("readiness check failed: %s", exc)
+        log.warning("readiness check failed: %s", describe(exc))
         raise DatabaseUnavailable("the database could not be reached") from exc
     head = head_revision()
     if head not in current:

@@ -37,6 +37,7 @@ from pgqueuer.qm import QueueManager
 
 from app import db_tcp
 from app.db import CONNECT_TIMEOUT_SECONDS, asyncpg_dsn
+from app.errors import describe
 from app.service import request_id
 from app.service.metrics import JOB_SECONDS, JOBS, WORKER_RECONNECTS
 from app.worker.queue import QUEUE_SETTINGS, QUEUED_BY, queue_queries
@@ -188,8 +189,8 @@ class Worker:
             try:
                 await self._connect()
             except Exception as exc:
-                log.warning("worker (%s lane) cannot connect (%s: %s); next try in %.1f s",
-                            self.lane, exc.__class__.__name__, exc, next_delay)
+                log.warning("worker (%s lane) cannot connect (%s); next try in %.1f s",
+                            self.lane, describe(exc), next_delay)
                 delay = next_delay
                 continue
             if self._stopping.is_set():  # stopped while connecting

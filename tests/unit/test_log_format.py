@@ -156,7 +156,8 @@ def test_a_background_round_cut_by_an_outage_logs_one_warning_line(
     outage, fault = caplog.records
     assert (outage.levelname, outage.exc_info) == ("WARNING", None)
     assert outage.getMessage() == ("folding failed; retrying in 1 s: the database cannot be "
-                                   "reached ([Errno 111] Connect call failed)")
+                                   "reached (ConnectionRefusedError: [Errno 111] Connect "
+                                   "call failed)")
     assert fault.levelname == "ERROR"
     assert fault.exc_info is not None
     assert fault.exc_info[0] is ValueError
@@ -179,7 +180,16 @@ def test_the_pool_failing_to_reconnect_during_an_outage_logs_one_line() -> None:
     entry = formatted(rec)
     assert "exception" not in entry
     assert entry["message"] == ("Failed to restore the pool connection floor; retrying: the "
-                                "database cannot be reached ([Errno 111] Connect call failed)")
+                                "database cannot be reached (ConnectionRefusedError: [Errno "
+                                "111] Connect call failed)")
+
+
+def test_a_timeout_is_named_where_it_has_no_words() -> None:
+    """An observability probe: a frozen server's timeouts logged "cannot be reached ()"."""
+    rec = pool_retry(TimeoutError())
+    assert PoolOutageFilter().filter(rec)
+    entry = formatted(rec)
+    assert entry["message"].endswith("the database cannot be reached (TimeoutError)")
 
 
 def test_the_pool_keeps_the_traceback_of_any_other_failure() -> None:
