@@ -29,6 +29,9 @@ async def every(seconds: float, job: Callable[[], Awaitable[int]], *, what: str,
                 done: str) -> None:
     """Run `job` now and then every `seconds` until cancelled; `done` is logged with the
     count of a round that removed anything, which /metrics adds up under `what`."""
+    # Both series at 0 from the start (app/service/metrics.py).
+    MAINTENANCE_DELETED.labels(what)
+    MAINTENANCE_FAILURES.labels(what)
     while True:
         try:
             removed = await job()

@@ -33,6 +33,11 @@ def default_registry() -> JobRegistry:
     return registry
 
 
+QUEUE_STATUSES = ("queued", "picked")
+"""The statuses `queue_counts` reports (app/worker/queue.py)."""
+_COUNTED: set[tuple[str, str]] = set()
+
+
 async def recover(resources: Resources) -> None:
     """Mark work a crash cut off, or a queued run whose job is gone, queue the fold of
     sessions left with one due, and count the queue's jobs for /metrics; logged, never
@@ -45,9 +50,16 @@ async def recover(resources: Resources) -> None:
     except Exception as exc:
         log_failed_round(log, exc, "counting the queue's jobs failed")
     else:
-        JOBS_QUEUED.clear()  # a job or status no longer in the queue reads 0, not stale
+        # Every job and status reads a number, 0 when none is in the queue: cleared, an
+        # empty queue exported no series at all (an observability probe); and a count
+        # read before never stays.
+        _COUNTED.update((job, status) for job in default_registry().names()
+                        for status in QUEUE_STATUSES)
+        for job, status in _COUNTED:
+            JOBS_QUEUED.labels(job, status).set(0)
         for job, status, count in counts:
             JOBS_QUEUED.labels(job, status).set(count)
+            _COUNTED.add((job, status))
 
     try:
         due = await requeue_stalled_folds(resources)

@@ -93,6 +93,7 @@ class Worker:
         self._manager: QueueManager | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
+        WORKER_RECONNECTS.labels(lane)  # at 0 from the start (app/service/metrics.py)
 
     async def start(self) -> None:
         """Connect and start taking jobs; a database unreachable now raises (the service

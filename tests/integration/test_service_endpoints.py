@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
@@ -16,9 +17,13 @@ import pytest
 
 from app.db import create_engine, create_sessionmaker
 from app.main import create_app
+from app.maintenance import every
 from app.migrate import head_revision
 from app.providers.hash_embedder import HashEmbedder
 from app.resources import Resources
+from app.service.metrics import render_metrics
+from app.worker.jobs import default_registry
+from app.worker.runner import Worker
 from tests.conftest import TenantKey
 from tests.conftest import sample as counted_now
 from tests.fakes.pg_starting_up import starting_up
@@ -117,6 +122,35 @@ async def test_metrics_is_prometheus_text_counting_requests_by_route(
                          ("engram_maintenance_failures_total", "counter"),
                          ("engram_embedded_postgres_restarts_total", "counter")):
         assert f"# TYPE {family} {kind}" in after, family
+    # The series alerts read exist at 0 before their first event, and no `_created` series
+    # doubles the count (an observability probe).
+    for outcome in ("ok", "failed"):
+        assert f'engram_embedded_postgres_restarts_total{{outcome="{outcome}"}} 0.0' in after
+    assert "_created" not in after
+
+
+async def test_a_workers_and_a_maintenance_rounds_series_start_at_zero(
+    resources: Resources,
+) -> None:
+    """An observability probe: they appeared only with their first reconnect or failure,
+    so an alert on them saw nothing until then."""
+    Worker(resources, default_registry(), lane="metrics-probe")
+    round_ = asyncio.create_task(every(3600, _nothing, what="metrics_probe", name="probe",
+                                       done="%d"))
+    await asyncio.sleep(0.05)
+    round_.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await round_
+
+    exported = render_metrics()[0].decode()
+    for series in ('engram_worker_reconnects_total{lane="metrics-probe"} 0.0',
+                   'engram_maintenance_failures_total{what="metrics_probe"} 0.0',
+                   'engram_maintenance_deleted_total{what="metrics_probe"} 0.0'):
+        assert series in exported, series
+
+
+async def _nothing() -> int:
+    return 0
 
 
 def sample(metrics_text: str, name: str) -> float:

@@ -20,6 +20,7 @@ from app.consolidation.runs import RUN_JOB
 from app.db import asyncpg_dsn
 from app.resources import Resources
 from app.service import request_id
+from app.service.metrics import render_metrics
 from app.sessions.folder import FOLD_JOB
 from app.sessions.jobs import FOLD_LANE
 from app.worker import lifecycle
@@ -184,6 +185,11 @@ async def test_the_sweep_counts_the_queues_jobs_for_the_metrics(resources: Resou
 
     assert waiting == 3
     assert sample("engram_jobs_in_queue", job="test.waiting", status="queued") == 0
+    # An empty queue still exports its jobs at 0 (an observability probe: none at all).
+    exported = render_metrics()[0].decode()
+    for job in default_registry().names():
+        for status in ("queued", "picked"):
+            assert f'engram_jobs_in_queue{{job="{job}",status="{status}"}}' in exported
 
 
 def test_session_folds_have_a_lane_of_their_own() -> None:
