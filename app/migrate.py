@@ -66,6 +66,13 @@ def newer_schema(current: set[str]) -> str | None:
             f"{head_revision()}) does not know: a newer version migrated it; run that version")
 
 
+def utf8_encoded(connection: Connection) -> bool:
+    """Whether the database is UTF8, as PostgreSQL's normalize() needs (the migrations
+    that read text in a Unicode form leave another encoding's rows as they are)."""
+    encoding = connection.exec_driver_sql("SHOW server_encoding").scalar()
+    return str(encoding).upper() in {"UTF8", "UTF-8"}
+
+
 def revision_module(revision: str) -> ModuleType:
     """A migration's module, for a later migration's downgrade to restore the SQL that
     revision wrote (a migration freezes its own SQL rather than import the current one)."""

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 from alembic import op
 
-from app.migrate import revision_module
+from app.migrate import revision_module, utf8_encoded
 
 revision: str = "0032"
 down_revision: str | None = "0031"
@@ -59,11 +59,6 @@ REINDEX = ("UPDATE memories SET covered_days = covered_days "
            "WHERE engram_text_form(content) <> " + _NFKC.format(t="content"))
 
 
-def _utf8() -> bool:
-    encoding = op.get_bind().exec_driver_sql("SHOW server_encoding").scalar()
-    return str(encoding).upper() in {"UTF8", "UTF-8"}
-
-
 def _function(expression: str) -> str:
     previous = revision_module("0010").TSV_FUNCTION
     content = revision_module("0031")._CONTENT
@@ -72,7 +67,7 @@ def _function(expression: str) -> str:
 
 
 def upgrade() -> None:
-    utf8 = _utf8()
+    utf8 = utf8_encoded(op.get_bind())
     op.execute(FOLD_UTF8 if utf8 else FOLD_AS_SENT)
     op.execute(_function(_INDEXED))
     if utf8:
@@ -80,7 +75,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    if _utf8():
+    if utf8_encoded(op.get_bind()):
         op.execute(_function(revision_module("0031")._NORMAL))
         op.execute(REINDEX)
     else:

@@ -23,6 +23,8 @@ from collections.abc import Sequence
 
 from alembic import op
 
+from app.migrate import utf8_encoded
+
 revision: str = "0033"
 down_revision: str | None = "0032"
 branch_labels: str | Sequence[str] | None = None
@@ -50,13 +52,8 @@ COMPOSE = [
 ]
 
 
-def _utf8() -> bool:
-    encoding = op.get_bind().exec_driver_sql("SHOW server_encoding").scalar()
-    return str(encoding).upper() in {"UTF8", "UTF-8"}
-
-
 def upgrade() -> None:
-    if not _utf8():
+    if not utf8_encoded(op.get_bind()):
         return
     op.execute("ALTER TABLE memories DISABLE TRIGGER memories_history")
     for statement in COMPOSE:

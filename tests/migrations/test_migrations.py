@@ -532,6 +532,34 @@ async def test_a_summarys_own_expiry_is_read_from_what_it_shows(
                    earlier: soon - timedelta(days=1), alone: soon + timedelta(days=1)}
 
 
+async def insert_spelt(engine: AsyncEngine, spelt: dict[str, str]) -> dict[str, uuid.UUID]:
+    """A memory of each text, as a migration test's rows: their ids by name."""
+    vector = "[" + ",".join(["0.05"] * 384) + "]"
+    ids = {name: uuid.uuid4() for name in spelt}
+    async with engine.begin() as conn:
+        for name, content in spelt.items():
+            await conn.execute(text(
+                "INSERT INTO memories (tenant_id, id, content, embedding) "
+                "VALUES (:t, :id, :c, CAST(:v AS halfvec(384)))"),
+                {"t": DEFAULT_TENANT_ID, "id": ids[name], "c": content, "v": vector})
+    return ids
+
+
+async def indexed_words(engine: AsyncEngine, ids: dict[str, uuid.UUID],
+                        ) -> tuple[dict[str, Any], dict[str, int]]:
+    """Each row by name (its text, stamp, version, xmin and content words), and the
+    tenant's document frequencies."""
+    async with engine.connect() as conn:
+        rows = {r.id: r for r in await conn.execute(text(
+            "SELECT id, content, updated_at, version, xmin::text AS xmin, "
+            "ARRAY(SELECT unnest(tsvector_to_array(ts_filter(tsv, '{a}')))) AS words "
+            "FROM memories"))}
+        df = {r.lexeme: int(r.df) for r in await conn.execute(text(
+            "SELECT lexeme, sum(df) AS df FROM term_stats WHERE tenant_id = :t "
+            "GROUP BY lexeme"), {"t": DEFAULT_TENANT_ID})}
+    return {name: rows[row_id] for name, row_id in ids.items()}, df
+
+
 async def test_tags_and_categories_are_composed_without_a_history_version(
     fresh_engine: AsyncEngine,
 ) -> None:
@@ -599,25 +627,10 @@ async def test_text_is_indexed_case_folded_without_invisible_characters_and_back
     spelt = {"greek": "\u039a\u03a9\u03a3\u03a4\u0391\u03a3 \u03bf\u03b4\u03bf\u03c2",
              "sharp": "Gro\u00dfstra\u00dfe", "hyphen": "pass\u00adword",
              "plain": "password rotated"}
-    vector = "[" + ",".join(["0.05"] * 384) + "]"
-    ids = {name: uuid.uuid4() for name in spelt}
-    async with fresh_engine.begin() as conn:
-        for name, content in spelt.items():
-            await conn.execute(text(
-                "INSERT INTO memories (tenant_id, id, content, embedding) "
-                "VALUES (:t, :id, :c, CAST(:v AS halfvec(384)))"),
-                {"t": DEFAULT_TENANT_ID, "id": ids[name], "c": content, "v": vector})
+    ids = await insert_spelt(fresh_engine, spelt)
 
     async def indexed() -> tuple[dict[str, Any], dict[str, int]]:
-        async with fresh_engine.connect() as conn:
-            rows = {r.id: r for r in await conn.execute(text(
-                "SELECT id, content, updated_at, version, xmin::text AS xmin, "
-                "ARRAY(SELECT unnest(tsvector_to_array(ts_filter(tsv, '{a}')))) AS words "
-                "FROM memories"))}
-            df = {r.lexeme: int(r.df) for r in await conn.execute(text(
-                "SELECT lexeme, sum(df) AS df FROM term_stats WHERE tenant_id = :t "
-                "GROUP BY lexeme"), {"t": DEFAULT_TENANT_ID})}
-        return {name: rows[ids[name]] for name in spelt}, df
+        return await indexed_words(fresh_engine, ids)
 
     before, df_before = await indexed()
     assert before["hyphen"].words == ["pass\u00adword"]  # a word "password" is not
@@ -655,26 +668,12 @@ async def test_text_is_indexed_in_its_compatibility_normal_form_and_back_on_down
     await upgrade_to_head(fresh_engine, "0030")
     spelt = {"ligature": "\ufb01nance report", "decomposed": "Zoe\u0308 Bronte\u0308",
              "wide": "\uff21\uff30\uff29 budget", "plain": "finance review"}
-    vector = "[" + ",".join(["0.05"] * 384) + "]"
-    ids = {name: uuid.uuid4() for name in spelt}
-    async with fresh_engine.begin() as conn:
-        for name, content in spelt.items():
-            await conn.execute(text(
-                "INSERT INTO memories (tenant_id, id, content, embedding) "
-                "VALUES (:t, :id, :c, CAST(:v AS halfvec(384)))"),
-                {"t": DEFAULT_TENANT_ID, "id": ids[name], "c": content, "v": vector})
+    ids = await insert_spelt(fresh_engine, spelt)
 
     async def indexed() -> tuple[dict[str, Any], dict[str, int]]:
         async with fresh_engine.connect() as conn:
-            rows = {r.id: r for r in await conn.execute(text(
-                "SELECT id, content, updated_at, version, "
-                "ARRAY(SELECT unnest(tsvector_to_array(ts_filter(tsv, '{a}')))) AS words "
-                "FROM memories"))}
-            df = {r.lexeme: int(r.df) for r in await conn.execute(text(
-                "SELECT lexeme, sum(df) AS df FROM term_stats WHERE tenant_id = :t "
-                "GROUP BY lexeme"), {"t": DEFAULT_TENANT_ID})}
             assert await conn.scalar(text("SELECT count(*) FROM memory_versions")) == 0
-        return {name: rows[ids[name]] for name in spelt}, df
+        return await indexed_words(fresh_engine, ids)
 
     before, df_before = await indexed()
     assert "\ufb01nanc" in before["ligature"].words

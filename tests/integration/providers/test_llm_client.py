@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -25,6 +26,7 @@ from tests.fakes.llm_server import (
     Garbage,
     Hang,
     NoChoices,
+    RecordedRequest,
     Reply,
     fake_answer,
 )
@@ -51,19 +53,22 @@ async def client(server: FakeLLMServer) -> AsyncIterator[ChatCompletionsClient]:
         yield llm
 
 
+async def sent_once(server: FakeLLMServer, **settings: Any) -> RecordedRequest:
+    """The request a client built from the settings sends for one completion."""
+    llm = build_llm_client(Settings(llm_base_url=server.base_url, **settings))
+    assert llm is not None
+    async with llm:
+        await llm.complete("be brief", "- one")
+    [request] = server.requests
+    return request
+
+
 async def test_a_key_header_named_in_settings_carries_the_key_as_is(
     server: FakeLLMServer,
 ) -> None:
     """Azure OpenAI's classic deployment endpoints take the key in `api-key`, with no
     scheme, and no Authorization header."""
-    settings = Settings(llm_base_url=server.base_url, llm_api_key="sk-azure",
-                        llm_api_key_header="api-key")
-    llm = build_llm_client(settings)
-    assert llm is not None
-    async with llm:
-        await llm.complete("be brief", "- one")
-
-    [request] = server.requests
+    request = await sent_once(server, llm_api_key="sk-azure", llm_api_key_header="api-key")
     assert request.api_key == "sk-azure"
     assert request.authorization is None
 
@@ -71,12 +76,7 @@ async def test_a_key_header_named_in_settings_carries_the_key_as_is(
 async def test_the_default_key_header_of_the_settings_is_a_bearer_authorization(
     server: FakeLLMServer,
 ) -> None:
-    llm = build_llm_client(Settings(llm_base_url=server.base_url, llm_api_key="sk-test"))
-    assert llm is not None
-    async with llm:
-        await llm.complete("be brief", "- one")
-
-    [request] = server.requests
+    request = await sent_once(server, llm_api_key="sk-test")
     assert request.authorization == "Bearer sk-test"
     assert request.api_key is None
 

@@ -463,22 +463,26 @@ async def test_a_failing_answer_is_logged_by_its_message_and_its_body_only_at_de
         assert secret not in lines["DEBUG"]
 
 
+async def sent_once(server: FakeEmbeddingsServer, **settings: Any) -> Recorded:
+    """The request an embedder built from the settings sends for one text."""
+    embedder = build_embedder(Settings(
+        embedder="openai", openai_base_url=server.base_url, openai_api_key=API_KEY,
+        openai_embedding_model=MODEL, **settings))
+    try:
+        await embedder.embed(["x"])
+    finally:
+        await embedder.aclose()
+    [request] = server.requests
+    return request
+
+
 @pytest.mark.parametrize("header", ["api-key", "API-Key"])
 async def test_a_key_header_named_in_settings_carries_the_key_as_is(
     server: FakeEmbeddingsServer, header: str
 ) -> None:
     """Azure OpenAI's classic deployment endpoints take the key in `api-key`, with no
     scheme, and no Authorization header."""
-    settings = Settings(embedder="openai", openai_base_url=server.base_url,
-                        openai_api_key=API_KEY, openai_embedding_model=MODEL,
-                        openai_api_key_header=header)
-    embedder = build_embedder(settings)
-    try:
-        await embedder.embed(["x"])
-    finally:
-        await embedder.aclose()
-
-    [request] = server.requests
+    request = await sent_once(server, openai_api_key_header=header)
     assert request.api_key == API_KEY
     assert request.authorization is None
 
@@ -486,15 +490,7 @@ async def test_a_key_header_named_in_settings_carries_the_key_as_is(
 async def test_the_default_key_header_is_a_bearer_authorization(
     server: FakeEmbeddingsServer,
 ) -> None:
-    settings = Settings(embedder="openai", openai_base_url=server.base_url,
-                        openai_api_key=API_KEY, openai_embedding_model=MODEL)
-    embedder = build_embedder(settings)
-    try:
-        await embedder.embed(["x"])
-    finally:
-        await embedder.aclose()
-
-    [request] = server.requests
+    request = await sent_once(server)
     assert request.authorization == f"Bearer {API_KEY}"
     assert request.api_key is None
 
