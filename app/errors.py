@@ -414,12 +414,12 @@ async def unexpected_problem(request: Request, exc: Exception) -> JSONResponse:
     cut = _statement_cut(
         exc, request.app.state.resources.settings.db_statement_timeout_seconds)
     if cut is not None:
-        log.warning("database statement cut during %s %s (%s: %s)",
-                    request.method, request.url.path, type(exc).__name__, exc)
+        log.warning("database statement cut during %s %s (%s)",
+                    request.method, request.url.path, describe(exc))
         return app_error_response(cut)
     if is_connection_failure(exc):
         log.warning("database unreachable during %s %s: %s", request.method,
-                    request.url.path, exc)
+                    request.url.path, describe(exc))
         return app_error_response(DatabaseUnavailable(
             "the database could not be reached; retry later"))
     if _collided(exc):

@@ -358,8 +358,9 @@ class Settings(BaseSettings):
                 ("OPENAI", self.openai_base_url, self.openai_api_key,
                  self.openai_api_key_header),
                 ("LLM", self.llm_base_url, self.llm_api_key, self.llm_api_key_header)):
-            if (url and key is not None and header.lower() == BEARER.lower()
-                    and urlsplit(url).username is not None):
+            parts = urlsplit(url or "")
+            if (key is not None and key.get_secret_value() and header.lower() == BEARER.lower()
+                    and (parts.username or parts.password)):
                 raise ValueError(
                     f"ENGRAM_{prefix}_BASE_URL's user and password and ENGRAM_{prefix}_API_KEY "
                     "both go in the Authorization header, where only one fits: drop one, or "

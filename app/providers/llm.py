@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import httpx
 
 from app.errors import ProviderError
-from app.providers.answer_preview import answer_preview, provider_message, secrets_of
+from app.providers.answer_preview import answer_preview, provider_code, secrets_of
 from app.providers.endpoint_url import endpoint_url
 from app.providers.key_header import BEARER, key_headers
 from app.providers.retry_after import retry_after_seconds
@@ -212,13 +212,12 @@ class ChatCompletionsClient:
         return answer, None
 
     def _log_body(self, what: str, body: bytes) -> None:
-        """The operator's log gets what the provider said of an answer that is no
+        """The operator's log gets the error code the provider gave an answer that is no
         completion, and its start at DEBUG (app/providers/answer_preview.py); the error,
         which reaches tenants (a session's events and health), does not: this client's
         key and endpoint are the operator's, shared by every tenant."""
-        said = provider_message(body, limit=200, api_key=self._api_key,
-                                secrets=self._secrets)
-        log.warning("%s%s", what, f": {said}" if said else "")
+        code = provider_code(body)
+        log.warning("%s%s", what, f" ({code})" if code else "")
         log.debug("the LLM's answer began %s",
                   answer_preview(body, limit=200, api_key=self._api_key,
                                  secrets=self._secrets))

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from app.errors import ProviderError
-from app.providers.answer_preview import answer_preview, provider_message, secrets_of
+from app.providers.answer_preview import answer_preview, provider_code, secrets_of
 from app.providers.embedder import Vector
 from app.providers.endpoint_url import endpoint_url
 from app.providers.key_header import BEARER, key_headers
@@ -173,10 +173,9 @@ class OpenAIEmbedder:
                     _count(started, "ok")
                     return vectors
                 # The body stays in the log (app/providers/answer_preview.py).
-                said = provider_message(response.text, limit=500, api_key=self._api_key,
-                                        secrets=self._secrets)
+                code = provider_code(response.text)
                 log.warning("embeddings API answered %d%s", response.status_code,
-                            f": {said}" if said else "")
+                            f" ({code})" if code else "")
                 log.debug("the embeddings API's answer began %s",
                           answer_preview(response.text, limit=500, api_key=self._api_key,
                                          secrets=self._secrets))

@@ -133,6 +133,8 @@ class SearchReader:
             # The server did not answer (it would have cancelled the statement itself
             # first): the connection still waits for that answer, so it is not reused.
             connection.terminate()
+            log.warning("a read statement had no answer from the database (bounded at %g s)",
+                        self._statement_seconds)
             raise statement_timed_out(self._statement_seconds) from exc
         finally:
             await self._give_back(connection)

@@ -3,6 +3,7 @@ message whatever a client put in it."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import logging
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from app.errors import log_failed_round
+from app.providers.answer_preview import answer_preview, provider_code, secrets_of
 from app.service.log_format import (
     JsonFormatter,
     LogFormat,
@@ -219,3 +221,34 @@ def test_uvicorns_copy_of_a_refused_starts_traceback_is_left_out() -> None:
         assert not handler.filter(copy)
         assert handler.filter(other)
         assert handler.filter(record("uvicorn.error", "Application startup failed. Exiting."))
+
+
+def test_a_secret_across_the_previews_cut_is_masked_whole() -> None:
+    """A re-probe: cut first, then masked, a key across the cut kept its start."""
+    key = "sk-proj-SECRETKEY1234567890abcdef"
+    said = json.dumps({"error": {"message": "x" * 180 + "Incorrect API key: " + key}})
+    shown = answer_preview(said, limit=200, api_key=key)
+    assert "sk-proj" not in shown
+    assert len(eval(shown)) <= 200
+
+
+def test_a_base_urls_secrets_are_masked_in_every_form_they_are_echoed() -> None:
+    secrets = secrets_of("http://bob:pw1@gw.example/v1?api-key=ab%2Fcd%2Bef&v=2024")
+    echoed = ('bad key ab%2Fcd%2Bef / ab/cd+ef, user bob:pw1, Basic '
+              + base64.b64encode(b"bob:pw1").decode() + ', "ab\\/cd"')
+    shown = answer_preview(echoed, limit=500, api_key='sk-ab/cd"ef', secrets=secrets)
+    for secret in ("ab%2Fcd%2Bef", "ab/cd+ef", "pw1", base64.b64encode(b"bob:pw1").decode()):
+        assert secret not in shown, secret
+
+
+@pytest.mark.parametrize(("body", "code"), [
+    ('{"error": {"message": "quoting the input", "type": "invalid_request_error", '
+     '"code": "model_not_found"}}', "model_not_found, invalid_request_error"),
+    ('{"error": "batch too large", "error_type": "Validation"}', "Validation"),
+    ('{"detail": "could not process {\\"input\\": [\\"secret\\"]}"}', None),
+    ('{"error": {"code": "has spaces and input"}}', None),
+    ("<html>bad gateway</html>", None),
+    ("[" * 100000, None),
+])
+def test_a_providers_error_is_told_by_its_code_alone(body: str, code: str | None) -> None:
+    assert provider_code(body) == code

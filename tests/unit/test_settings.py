@@ -336,3 +336,11 @@ def test_url_credentials_and_a_bearer_key_cannot_both_be_sent(prefix: str) -> No
     assert "sk-key" not in said
     # In another header, both go.
     Settings(**url, **{f"{prefix}_api_key_header": "api-key"})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("url", "key"), [
+    ("http://@gateway.example/v1", "sk-key"),  # no user, no password: no Basic header
+    ("http://user:secret@gateway.example/v1", ""),  # an empty key is not sent
+])
+def test_url_credentials_and_a_key_that_do_not_meet_are_taken(url: str, key: str) -> None:
+    Settings(openai_base_url=url, openai_api_key=key)  # type: ignore[arg-type]

@@ -294,8 +294,9 @@ class _Handler(BaseHTTPRequestHandler):
             case Echo():
                 said = (f"embed exploded on {inputs} for {self.path} "
                         f"auth={self.headers.get('Authorization')}")
-                self._send(500, json.dumps({"error": {"message": "upstream failed"},
-                                            "echo": said}).encode())
+                self._send(500, json.dumps({"error": {"message": f"upstream failed: {said}",
+                                                      "type": "server_error"},
+                                            "detail": said}).encode())
             case NoData():
                 self._send(200, b'{"object": "list", "model": "fake", "usage": {}}')
             case WrongDims(dims=dims):
@@ -442,7 +443,8 @@ async def test_a_failing_answer_is_logged_by_its_message_and_its_body_only_at_de
     server: FakeEmbeddingsServer, caplog: pytest.LogCaptureFixture,
 ) -> None:
     """An observability probe: a provider's 500 echoing its input put users' memory text
-    and search queries in the WARNING line, and the URL's credentials in it too."""
+    and search queries in the WARNING line, and the URL's credentials in it too; its
+    re-probe, an error's message that quoted the request."""
     url = server.base_url.replace("http://", "http://embuser:EMBPASS123@") + "?api-key=QKEY1234"
     embedder = make_embedder(url, api_key=None, max_retries=0)
     server.script(Echo())
@@ -455,7 +457,8 @@ async def test_a_failing_answer_is_logged_by_its_message_and_its_body_only_at_de
 
     lines = {r.levelname: r.getMessage() for r in caplog.records
              if r.name == "engram.embedder" and "answer" in r.getMessage()}
-    assert lines["WARNING"] == "embeddings API answered 500: 'upstream failed'"
+    # Its error's type only: the message quotes the input too (a re-probe).
+    assert lines["WARNING"] == "embeddings API answered 500 (server_error)"
     assert "diagnosis is private" in lines["DEBUG"]  # what the operator asks for, at DEBUG
     assert "diagnosis" not in lines["WARNING"]
     for secret in ("EMBPASS123", "embuser", "QKEY1234",
