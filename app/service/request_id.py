@@ -71,9 +71,16 @@ class RequestIdMiddleware:
         await self.app(scope, receive, send_with_id)
 
 
+# Loggers whose records are never a request's: asyncpg's pool restores its connections
+# in a task it starts inside whichever request found one missing, and that task keeps the
+# request's context, so an outage's retries carried one request's id long after it ended
+# (an observability probe).
+_NO_REQUEST = ("asyncpg.pool",)
+
+
 class RequestIdFilter(logging.Filter):
     """Gives every record a `request_id` (`-` outside a request) for the log format."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        record.request_id = REQUEST_ID.get() or "-"
+        record.request_id = "-" if record.name in _NO_REQUEST else (REQUEST_ID.get() or "-")
         return True

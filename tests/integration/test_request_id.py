@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from app.memories.service import MemoryService
-from app.service.request_id import RequestIdFilter
+from app.service.request_id import REQUEST_ID, RequestIdFilter
 
 GENERATED = re.compile(r"[0-9a-f]{32}")
 
@@ -85,3 +85,19 @@ def test_outside_a_request_the_log_field_is_a_dash() -> None:
     # A fresh context: the tests' own task may hold the id of its last request.
     contextvars.Context().run(RequestIdFilter().filter, record)
     assert record.request_id == "-"  # type: ignore[attr-defined]
+
+
+def test_the_database_pools_own_lines_carry_no_request_id() -> None:
+    """An observability probe: asyncpg's pool restores connections in a task started
+    inside a request, so an outage's retries carried that request's id long after it
+    ended."""
+    def stamped(logger: str) -> str:
+        record = logging.LogRecord(logger, logging.WARNING, __file__, 1, "retrying", None,
+                                   None)
+        context = contextvars.Context()
+        context.run(REQUEST_ID.set, "rid-long-gone")
+        context.run(RequestIdFilter().filter, record)
+        return str(record.request_id)  # type: ignore[attr-defined]
+
+    assert stamped("asyncpg.pool") == "-"
+    assert stamped("engram.search") == "rid-long-gone"
