@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import re
 from urllib.parse import unquote, unquote_plus, urlsplit
 
@@ -82,3 +83,14 @@ def provider_code(raw: bytes | str) -> str | None:
     words = [v for place in places for key in ("code", "type", "error_type")
              if isinstance(v := place.get(key), str) and _CODE.fullmatch(v)]
     return ", ".join(dict.fromkeys(words)) or None
+
+
+def log_unexpected_answer(logger: logging.Logger, what: str, answer: str, raw: bytes | str,
+                          *, limit: int, api_key: str | None,
+                          secrets: tuple[str, ...]) -> None:
+    """`what` failed at WARNING, with the provider's error code if it gave one; the
+    answer's start, masked, at DEBUG (`answer` names it: "the LLM's answer")."""
+    code = provider_code(raw)
+    logger.warning("%s%s", what, f" ({code})" if code else "")
+    logger.debug("%s began %s", answer,
+                 answer_preview(raw, limit=limit, api_key=api_key, secrets=secrets))

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import httpx
 
 from app.errors import ProviderError
-from app.providers.answer_preview import answer_preview, provider_code, secrets_of
+from app.providers.answer_preview import log_unexpected_answer, secrets_of
 from app.providers.endpoint_url import endpoint_url
 from app.providers.key_header import BEARER, key_headers
 from app.providers.retry_after import retry_after_seconds
@@ -216,11 +216,8 @@ class ChatCompletionsClient:
         completion, and its start at DEBUG (app/providers/answer_preview.py); the error,
         which reaches tenants (a session's events and health), does not: this client's
         key and endpoint are the operator's, shared by every tenant."""
-        code = provider_code(body)
-        log.warning("%s%s", what, f" ({code})" if code else "")
-        log.debug("the LLM's answer began %s",
-                  answer_preview(body, limit=200, api_key=self._api_key,
-                                 secrets=self._secrets))
+        log_unexpected_answer(log, what, "the LLM's answer", body, limit=200,
+                              api_key=self._api_key, secrets=self._secrets)
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from app.errors import ProviderError
-from app.providers.answer_preview import answer_preview, provider_code, secrets_of
+from app.providers.answer_preview import log_unexpected_answer, secrets_of
 from app.providers.embedder import Vector
 from app.providers.endpoint_url import endpoint_url
 from app.providers.key_header import BEARER, key_headers
@@ -173,12 +173,10 @@ class OpenAIEmbedder:
                     _count(started, "ok")
                     return vectors
                 # The body stays in the log (app/providers/answer_preview.py).
-                code = provider_code(response.text)
-                log.warning("embeddings API answered %d%s", response.status_code,
-                            f" ({code})" if code else "")
-                log.debug("the embeddings API's answer began %s",
-                          answer_preview(response.text, limit=500, api_key=self._api_key,
-                                         secrets=self._secrets))
+                log_unexpected_answer(
+                    log, f"embeddings API answered {response.status_code}",
+                    "the embeddings API's answer", response.text, limit=500,
+                    api_key=self._api_key, secrets=self._secrets)
                 retry_after = retry_after_seconds(response)
                 too_large = _too_large(response)
                 error = _answered(response.status_code, retry_after, len(texts), too_large)
