@@ -12,6 +12,8 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from app.providers.key_header import BEARER, is_header_name
 
@@ -330,6 +332,17 @@ class Settings(BaseSettings):
             return None
         if not value.startswith(("postgresql://", "postgresql+asyncpg://", "postgres://")):
             raise ValueError("must be a postgresql:// URL")
+        # Parsed here as the engine will parse it, so a bad port is this one line at start,
+        # not SQLAlchemy's traceback from inside the lifespan (or, out of range, a
+        # "connection refused" that reads like a server down).
+        try:
+            port = make_url(value).port
+        except (ArgumentError, ValueError):
+            raise ValueError(
+                "is not a URL SQLAlchemy can read: after the host, the port must be one "
+                "number (a single host:port)") from None
+        if port is not None and not 1 <= port <= 65535:
+            raise ValueError(f"port {port} is out of range (1-65535)")
         return value
 
     @field_validator("openai_base_url")

@@ -218,6 +218,37 @@ def test_a_non_postgres_database_url_is_refused() -> None:
     assert "\n" not in message
 
 
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        # SQLAlchemy's traceback from inside the lifespan, before.
+        ("postgresql://u:hunter2@db:abc/engram", "the port must be one number"),
+        ("postgresql://u:hunter2@db1:5432,db2:5432/engram", "the port must be one number"),
+        # "Connection refused" at start, before: read as a server down.
+        ("postgresql://u:hunter2@db:99999/engram", "port 99999 is out of range"),
+        ("postgresql://u:hunter2@db:0/engram", "port 0 is out of range"),
+    ],
+)
+def test_a_database_url_with_a_bad_port_is_one_line_at_start(url: str, said: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        load(database_url=url)
+
+    message = format_settings_error(caught.value)
+    assert message.startswith("invalid setting ENGRAM_DATABASE_URL")
+    assert said in message
+    assert "\n" not in message
+    assert "hunter2" not in message
+
+
+@pytest.mark.parametrize("url", [
+    "postgresql://u@/engram?host=/var/run/postgresql",
+    "postgresql://u:p%40ss@db:65535/engram?sslmode=require",
+    "postgres://db/engram",
+])
+def test_database_urls_without_a_port_or_with_a_good_one_are_taken(url: str) -> None:
+    assert load(database_url=url).database_url == url
+
+
 def test_openai_embedder_needs_a_key_for_the_public_api() -> None:
     with pytest.raises(ValidationError) as caught:
         load(embedder="openai")
