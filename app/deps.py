@@ -136,10 +136,14 @@ def refuse_unknown_params(request: Request, known: frozenset[str]) -> None:
         raise ValidationFailed.on(f"query.{unknown[0]}", "is not a known parameter")
 
 
+# What any path can get, answered before the request reaches a route.
+EVERY_PATH = (414, 431)
+
+
 def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI `responses` declaring problem+json for each status a /v1 route can return:
     `statuses` and those every one can."""
-    wanted = {401, 403, 408, 413, 422, 429, 431, 500, 503, *statuses}
+    wanted = {401, 403, 408, 413, 422, 429, 500, 503, *EVERY_PATH, *statuses}
     if 502 in wanted:
         # A route that calls a provider can see it fail (502) or time out (504).
         wanted.add(504)
@@ -160,6 +164,9 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
              "1 MiB, or for a batch of memories ENGRAM_MAX_BODY_MB (64 MiB by default; "
              "split the batch)",
         422: "Invalid input; `errors` names each bad field",
+        414: "The request's target (path and query) is longer than 64 KiB (`uri_too_long`), "
+             "answered before the request reaches the service (with a request id of its "
+             "own) and the connection closed",
         431: "The request's line and headers are larger than 1 MiB "
              "(`request_header_fields_too_large`), answered before the request reaches "
              "the service (with a request id of its own) and the connection closed",

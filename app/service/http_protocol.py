@@ -20,6 +20,18 @@ pauses, its body unread: uvicorn answered it as a request with no body (422 for 
 write from a Java client), and a body that came in a later read as a bad request (a
 plain-text 400, the connection closed; uvicorn issue #2722). Set aside at its head, the
 request is fed again to a new parser with the offer left out (app/service/upgrade_offer.py).
+
+After the head, what a read holds beyond the body (a chunked body's framing and its
+trailer section) has the head's bound too: a trailer is built as a header is, and one of
+96 MiB after a 13-byte body held /healthz 9 s, with no key needed (an HTTP probe). The
+trailer's fields themselves are dropped (RFC 9110 6.5.1): uvicorn appended them to the
+headers the app had already been given.
+
+A few of RFC 9112's rules httptools leaves to its user are kept here: a field's value
+without the white space that ends it (an `Idempotency-Key: abc ` was refused, an
+`X-Request-ID: abc ` replaced), no `100 Continue` to an HTTP/1.0 client, and a target
+longer than httptools reads (64 KiB) or holding a byte HTTP does not allow there (a
+space, a character not ASCII) answered as such, not as a bare "not HTTP/1.1".
 """
 
 from __future__ import annotations
@@ -44,6 +56,10 @@ MAX_HEAD_BYTES = 1024 * 1024
 LINGER_SECONDS = 2.0
 _LOG_EVERY_SECONDS = 10.0
 
+# httptools' own limit on a request's target (llhttp would read more, its URL parser not).
+MAX_TARGET_BYTES = 65535
+_OWS = b" \t"
+
 _TOO_LARGE = (431, "Request Header Fields Too Large", "request_header_fields_too_large",
               "Request header fields too large",
               f"the request's line and headers are larger than {MAX_HEAD_BYTES // 1024} "
@@ -58,6 +74,11 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self._in_head = True
         self._head_bytes = 0
+        # A request's bytes past its head that were not its body, and the count of
+        # requests begun and body bytes seen, to tell them in each read.
+        self._framing_bytes = 0
+        self._begun = 0
+        self._body_bytes = 0
         self._lingering: asyncio.TimerHandle | None = None
         # The head of a request offering an upgrade not taken, to be fed again without it.
         self._declined: bytes | None = None
@@ -75,10 +96,23 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self._in_head = True
         self._head_bytes = 0
+        self._framing_bytes = 0
+        self._begun += 1
         self._declined = None
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._in_head:
+            super().on_header(name, value.rstrip(_OWS))
+        # else a trailer field, dropped: the app has had the headers
+
+    def on_body(self, body: bytes) -> None:
+        self._body_bytes += len(body)
+        super().on_body(body)
 
     def on_headers_complete(self) -> None:
         self._in_head = False
+        if self.parser.get_http_version() == "1.0":
+            self.expect_100_continue = False  # RFC 9110 15.2: no 1xx to an HTTP/1.0 client
         # An Upgrade header: httptools takes a CONNECT for an upgrade too, which has none
         # to leave out, and goes as uvicorn takes it. Any Upgrade line, whichever
         # Connection line asks for it: uvicorn's own look (`_get_upgrade`) reads the last
@@ -99,21 +133,36 @@ class BoundedHeadProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._lingering is not None:
             return  # refused: read and dropped until the client closes
+        begun, body_bytes = self._begun, self._body_bytes
         self._feed(data)
+        if self.transport.is_closing():
+            return
         # Counted once fed: a piece that finished the head (and began the body) is not
         # the head's, so a large upload's first read is never taken for one.
-        if not self._in_head or self.transport.is_closing():
-            return
-        self._head_bytes += len(data)
-        if self._head_bytes > MAX_HEAD_BYTES:
-            self._refuse()
+        if self._in_head:
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES:
+                self._refuse()
+        elif self._begun == begun:
+            self._framing_bytes += len(data) - (self._body_bytes - body_bytes)
+            if self._framing_bytes > MAX_HEAD_BYTES:
+                self._refuse()
 
     def _feed(self, data: bytes) -> None:
         """uvicorn's data_received, but for an upgrade offer it does not take."""
         self._unset_keepalive_if_required()
         try:
             self.parser.feed_data(data)
+        except httptools.HttpParserInvalidURLError:
+            self._send_problem(400, "Bad Request", "bad_request", "Bad request",
+                               "the request's target holds a character HTTP does not allow "
+                               "there (a space, or one that is not ASCII): percent-encode it")
         except httptools.HttpParserError:
+            if len(self.url) > MAX_TARGET_BYTES:
+                self._send_problem(414, "URI Too Long", "uri_too_long", "URI too long",
+                                   f"the request's target is longer than "
+                                   f"{MAX_TARGET_BYTES} bytes, the most this service reads")
+                return
             msg = "Invalid HTTP request received."
             self.logger.warning(msg)
             self.send_400_response(msg)
@@ -133,9 +182,11 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         """uvicorn's answer to bytes its parser cannot read as HTTP/1.1 (a bad length,
         a space in a header's name, an HTTP/2 preface), as a problem: it was plain text
         with no request id (an exploratory probe)."""
-        self.transport.write(problem_answer(
-            400, "Bad Request", "bad_request", "Bad request",
-            "the request is not valid HTTP/1.1, which this service speaks"))
+        self._send_problem(400, "Bad Request", "bad_request", "Bad request",
+                           "the request is not valid HTTP/1.1, which this service speaks")
+
+    def _send_problem(self, *problem: Any) -> None:
+        self.transport.write(problem_answer(*problem))
         self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -144,6 +195,11 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def _refuse(self) -> None:
+        if not self._in_head and self.cycle.response_started:
+            # Past the bound after this request's answer began: a second answer would be
+            # read as the next request's.
+            self.transport.close()
+            return
         self.transport.write(problem_answer(*_TOO_LARGE))
         if self.transport.can_write_eof():
             self.transport.write_eof()

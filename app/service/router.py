@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel
 from sqlalchemy import text
 
-from app.deps import problem_responses
+from app.deps import EVERY_PATH, problem_responses
 from app.errors import DatabaseUnavailable, describe
 from app.migrate import current_revisions, head_revision, newer_schema
 from app.service.metrics import render_metrics
@@ -30,14 +30,14 @@ class Readiness(BaseModel):
 
 
 @router.get("/healthz", operation_id="getHealth", summary="The process is alive",
-            response_model=Health, responses=problem_responses(431))
+            response_model=Health, responses=problem_responses(*EVERY_PATH))
 async def healthz() -> Health:
     return Health(status="ok")
 
 
 @router.get("/readyz", operation_id="getReadiness",
             summary="The database answers and the schema is at head", response_model=Readiness,
-            responses={**problem_responses(431),
+            responses={**problem_responses(*EVERY_PATH),
                        503: {"description": "Not ready",
                              "content": {"application/problem+json": {
                                  "schema": {"$ref": "#/components/schemas/Problem"}}}}})
@@ -62,7 +62,7 @@ async def readyz(request: Request) -> Readiness:
 @router.get("/metrics", operation_id="getMetrics", summary="Prometheus metrics",
             response_class=Response,
             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}},
-                       **problem_responses(431)})
+                       **problem_responses(*EVERY_PATH)})
 async def metrics() -> Response:
     body, content_type = render_metrics()
     return Response(body, media_type=content_type)

@@ -374,13 +374,13 @@ async def test_the_headers_answers_carry_are_declared(
     assert run.headers["location"] == f"/v1/consolidations/{run.json()['id']}"
 
 
-async def test_the_service_endpoints_declare_the_431_a_long_head_gets(
+async def test_the_service_endpoints_declare_the_414_and_431_a_long_target_or_head_gets(
     document: dict[str, Any],
 ) -> None:
-    """The protocol answers it for any path (app/service/http_protocol.py); /healthz,
+    """The protocol answers them for any path (app/service/http_protocol.py); /healthz,
     /readyz and /metrics declared no error at all, or only 503."""
     for path in ("/healthz", "/readyz", "/metrics"):
-        assert "431" in document["paths"][path]["get"]["responses"], path
+        assert {"414", "431"} <= set(document["paths"][path]["get"]["responses"]), path
 
 
 @pytest.mark.parametrize("operation_id", sorted(IMPLEMENTED))

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import uvicorn
 
-from app.service.http_protocol import MAX_HEAD_BYTES, BoundedHeadProtocol
+from app.service.http_protocol import MAX_HEAD_BYTES, MAX_TARGET_BYTES, BoundedHeadProtocol
 
 
 async def echo(scope: Any, receive: Any, send: Any) -> None:
@@ -39,6 +39,7 @@ async def echo(scope: Any, receive: Any, send: Any) -> None:
     if scope["path"] == "/names":
         seen = {"body": body.decode(), "method": scope["method"],
                 "names": [name.decode() for name, _ in scope["headers"]],
+                "values": {name.decode(): value.decode() for name, value in scope["headers"]},
                 "connection": dict(scope["headers"]).get(b"connection", b"").decode()}
     answer = json.dumps(seen).encode()
     await send({"type": "http.response.start", "status": 200,
@@ -260,3 +261,114 @@ async def test_an_upgrade_offer_over_two_connection_lines_is_served_too(port: in
     seen = json.loads(answer.split(b"\r\n\r\n", 1)[1])
     assert seen["body"] == "hello"
     assert "upgrade" not in seen["names"]
+
+
+CHUNKED = b"POST /names HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+@pytest.mark.parametrize("trailer", [
+    b"X-Big: " + b"a" * (16 * MAX_HEAD_BYTES) + b"\r\n",
+    b"X: 1\r\n" * (2 * MAX_HEAD_BYTES // 6),
+], ids=["one_large_field", "many_small_fields"])
+async def test_a_trailer_section_past_the_head_bound_is_431_and_closed(
+    port: int, trailer: bytes,
+) -> None:
+    """A trailer is built as a header is: unbounded, 96 MiB of one after a 13-byte body
+    held the event loop 9 s, with no key needed (an HTTP probe)."""
+    started_at = time.monotonic()
+    answer = await exchange(port, CHUNKED + b"5\r\nhello\r\n0\r\n", trailer + b"\r\n")
+
+    assert answer.startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n"), answer[:200]
+    assert time.monotonic() - started_at < 8
+
+
+async def test_a_trailer_past_the_bound_after_the_answer_began_closes_the_connection(
+    port: int,
+) -> None:
+    """The answer went out before the body ended (a GET of a stream): no second answer
+    may follow it on the connection, which would be read as the next request's."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(b"GET /stream HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                     b"\r\n0\r\nX-Big: ")
+        await read_until(reader, b"first\r\n")
+        for _ in range(2 * MAX_HEAD_BYTES // (256 * 1024)):
+            writer.write(b"a" * 256 * 1024)
+            await writer.drain()
+        rest = await asyncio.wait_for(reader.read(), 5)
+        assert b"431" not in rest
+        assert reader.at_eof()
+    except ConnectionResetError:
+        pass  # closed, as it must be, with the client's bytes unread
+    finally:
+        writer.close()
+
+
+async def test_trailer_fields_are_dropped_and_small_chunks_pass(port: int) -> None:
+    """Chunk framing is counted with the trailers: 100,000 one-byte chunks (~600 KB of
+    framing) still pass. A trailer field does not reach the app's headers, to which
+    uvicorn appended it after the app had them."""
+    chunks = b"1\r\nz\r\n" * 100_000
+    answer = await exchange(port, CHUNKED.replace(b"Host: x\r\n",
+                                                  b"Host: x\r\nConnection: close\r\n"),
+                            chunks + b"0\r\nAuthorization: Bearer sneaked\r\n\r\n")
+
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n"), answer[:200]
+    seen = json.loads(answer.split(b"\r\n\r\n", 1)[1])
+    assert seen["body"] == "z" * 100_000
+    assert "authorization" not in seen["names"]
+
+
+async def test_a_fields_trailing_white_space_is_not_its_value(port: int) -> None:
+    """RFC 9112 5: a parser excludes the white space around a value; httptools keeps
+    what ends it, so `Idempotency-Key: abc ` was refused and `X-Request-ID: abc `
+    replaced (an HTTP probe)."""
+    answer = await exchange(port, b"GET /names HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                                  b"Idempotency-Key: abc \t \r\nX-Request-ID:  r-1\t\r\n"
+                                  b"X-Inner: a  b \r\n\r\n")
+
+    values = json.loads(answer.split(b"\r\n\r\n", 1)[1])["values"]
+    assert values["idempotency-key"] == "abc"
+    assert values["x-request-id"] == "r-1"
+    assert values["x-inner"] == "a  b"
+
+
+async def test_an_http_1_0_client_gets_no_continue(port: int) -> None:
+    """RFC 9110 15.2: a server must not send a 1xx answer to an HTTP/1.0 client."""
+    answer = await exchange(port, b"POST / HTTP/1.0\r\nExpect: 100-continue\r\n"
+                                  b"Content-Length: 5\r\n\r\n", b"hello")
+
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n"), answer[:200]
+    assert b"100 Continue" not in answer
+    assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["body_bytes"] == 5
+
+
+def problem_of(answer: bytes) -> tuple[bytes, dict[str, Any]]:
+    head, body = answer.split(b"\r\n\r\n", 1)
+    assert b"content-type: application/problem+json" in head
+    # RFC 9110 6.6.1: every 4xx answer has one; these had none.
+    assert re.search(rb"\r\ndate: \w{3}, \d\d \w{3} \d{4} \d\d:\d\d:\d\d GMT\r\n", head)
+    return head.split(b"\r\n", 1)[0], json.loads(body)
+
+
+async def test_a_target_longer_than_the_parser_reads_is_414(port: int) -> None:
+    """It was the bare 400 of a request that is not HTTP/1.1."""
+    answer = await exchange(port, b"GET /v1/memories?user_id=" + b"a" * MAX_TARGET_BYTES
+                                  + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+
+    line, problem = problem_of(answer)
+    assert line == b"HTTP/1.1 414 URI Too Long"
+    assert problem["status"] == 414
+    assert str(MAX_TARGET_BYTES) in problem["detail"]
+
+
+async def test_a_target_with_a_character_that_is_not_ascii_says_to_percent_encode_it(
+    port: int,
+) -> None:
+    """What `curl 'localhost:8080/v1/memories?user_id=josé'` sends."""
+    answer = await exchange(port, "GET /v1/memories?user_id=josé HTTP/1.1\r\nHost: x\r\n\r\n"
+                                  .encode())
+
+    line, problem = problem_of(answer)
+    assert line == b"HTTP/1.1 400 Bad Request"
+    assert "percent-encode" in problem["detail"]
