@@ -9,6 +9,8 @@ used. Taken where the router finds no route, so a request that matches one pays 
 
 from __future__ import annotations
 
+from urllib.parse import unquote
+
 from fastapi import FastAPI
 from starlette.responses import RedirectResponse
 from starlette.routing import Match
@@ -45,5 +47,9 @@ def slash_twin(app: FastAPI, scope: Scope) -> str | None:
     # As the client wrote it (its %-escapes kept), the slash toggled the same way.
     raw: str = scope.get("raw_path", path.encode()).decode("latin-1")
     location = raw.rstrip("/") if path.endswith("/") else raw + "/"
+    if unquote(location) != twin:  # as uvicorn decodes a path
+        # A slash written `%2F` is part of a name, not the path's end: taking the literal
+        # slashes off had left the target as it was, a 307 to itself, for ever.
+        return None
     query: bytes = scope.get("query_string", b"")
     return f"{location}?{query.decode('latin-1')}" if query else location
