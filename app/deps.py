@@ -137,7 +137,7 @@ def refuse_unknown_params(request: Request, known: frozenset[str]) -> None:
 
 
 # What any path can get, answered before the request reaches a route.
-EVERY_PATH = (414, 431)
+EVERY_PATH = (400, 403, 414, 421, 431)
 
 
 def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -153,9 +153,13 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
 def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI `responses` declaring problem+json for exactly these statuses."""
     descriptions = {
+        400: "The Host header is missing, repeated or no host (`bad_request`), or the "
+             "request is not HTTP/1.1; nothing was read or changed",
         401: "Missing or invalid API key",
         403: "An operator has suspended the caller's tenant (`tenant_suspended`; the "
-             "detail gives the reason); nothing was read or changed",
+             "detail gives the reason), or, with authentication off, the request came from "
+             "a web page of another site (`cross_site_request`, by its Origin); nothing was "
+             "read or changed",
         404: "Not found in the caller's tenant",
         408: "The request body did not arrive in time (`request_timeout`; "
              "ENGRAM_REQUEST_BODY_TIMEOUT_SECONDS, 60 s by default); nothing was changed",
@@ -170,6 +174,9 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         431: "The request's line and headers are larger than 1 MiB "
              "(`request_header_fields_too_large`), answered before the request reaches "
              "the service (with a request id of its own) and the connection closed",
+        421: "The request names a host the service does not answer to "
+             "(`host_not_allowed`): with authentication off a loopback name or address, "
+             "else those in ENGRAM_ALLOWED_HOSTS if set; nothing was read or changed",
         429: "The tenant's requests came faster than its rate limit (`rate_limited`), "
              "or it had its share of the requests in flight (`concurrency_limited`); "
              "Retry-After says when to retry",

@@ -26,6 +26,7 @@ from app.service.admission import AdmissionMiddleware
 from app.service.body_limit import BodyLimitMiddleware
 from app.service.caller_gate import CallerGateMiddleware
 from app.service.head import HeadAsGetMiddleware
+from app.service.host_gate import HostGateMiddleware, HostRule
 from app.service.metrics import MetricsMiddleware
 from app.service.request_id import RequestIdMiddleware
 from app.service.router import router as service_router
@@ -162,6 +163,10 @@ def create_app(settings: Settings | None = None, resources: Resources | None = N
     app.add_middleware(ShutdownCutMiddleware, in_flight=in_flight)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_mb * 2**20,
                        timeout_seconds=settings.request_body_timeout_seconds)
+    # Before anything is read or admitted: a request addressed to a name the service does
+    # not answer to, or a foreign page's with authentication off, is answered at once.
+    app.add_middleware(HostGateMiddleware, rule=HostRule.of(
+        auth_enabled=settings.auth_enabled, allowed_hosts=settings.allowed_host_names))
     app.add_middleware(MetricsMiddleware, routes=[
         route for router in (service_router, *api_routers) for route in router.routes])
     app.add_middleware(RequestIdMiddleware)

@@ -141,6 +141,9 @@ class Settings(BaseSettings):
     openai_max_retries: int = Field(default=2, ge=0, le=10)
 
     auth_enabled: bool = False
+    # The names clients reach the service by (app/service/host_gate.py), comma-separated;
+    # `*` any. Unset: with authentication off, loopback names only; with it on, any.
+    allowed_hosts: str = ""
 
     idempotency_ttl_hours: int = Field(default=24, ge=24, le=24 * 30)
     # How often memories past their expires_at are deleted (app/maintenance.py). Nothing
@@ -344,6 +347,21 @@ class Settings(BaseSettings):
         if port is not None and not 1 <= port <= 65535:
             raise ValueError(f"port {port} is out of range (1-65535)")
         return value
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _check_allowed_hosts(cls, value: str) -> str:
+        from app.service.host_gate import ANY, host_name
+
+        for entry in (part.strip() for part in value.split(",")):
+            if entry and entry != ANY and host_name(entry) != entry.lower().rstrip("."):
+                raise ValueError(f"{entry!r} is not a host name or address (no port, no "
+                                 "scheme; `*` for any)")
+        return value
+
+    @property
+    def allowed_host_names(self) -> tuple[str, ...]:
+        return tuple(part.strip() for part in self.allowed_hosts.split(",") if part.strip())
 
     @field_validator("openai_base_url")
     @classmethod

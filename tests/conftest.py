@@ -209,7 +209,7 @@ def answers() -> AnswerChecker:
 def make_client(resources: Resources, headers: dict[str, str] | None = None) -> httpx.AsyncClient:
     app = create_app(resources.settings, resources)
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-    return httpx.AsyncClient(transport=transport, base_url="http://engram.test",
+    return httpx.AsyncClient(transport=transport, base_url="http://localhost",
                              headers=headers or {}, event_hooks={"response": [answers()]})
 
 

@@ -37,7 +37,7 @@ from tests.conftest import TenantKey, answers
 from tests.openapi_answers import AnswerChecker
 
 PACKAGE = "engram_client"
-BASE_URL = "http://engram.test"
+BASE_URL = "http://localhost"
 
 
 @pytest.fixture(scope="module")

@@ -58,13 +58,13 @@ class StalledBody:
 
 
 def scope(headers: dict[str, str]) -> dict[str, Any]:
-    raw = [(b"host", b"engram.test"), (b"content-type", b"application/json"),
+    raw = [(b"host", b"localhost"), (b"content-type", b"application/json"),
            (b"content-length", b"100")]
     raw += [(k.lower().encode(), v.encode()) for k, v in headers.items()]
     return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
             "method": "POST", "scheme": "http", "path": PATH, "raw_path": PATH.encode(),
             "query_string": b"", "root_path": "", "headers": raw,
-            "client": ("127.0.0.1", 50000), "server": ("engram.test", 80)}
+            "client": ("127.0.0.1", 50000), "server": ("localhost", 80)}
 
 
 async def call(app: Any, headers: dict[str, str], body: StalledBody,

@@ -922,21 +922,23 @@ def test_the_server_answers_offers_and_unreadable_requests_as_the_contract_says(
     service.wait_ready()
     body = b'{"content": "written through an h2c offer", "user_id": "h2c"}'
     head, answer = exchange_raw(service.base_url, (
-        b"POST /v1/memories HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings, close"
+        b"POST /v1/memories HTTP/1.1\r\nHost: localhost\r\n"
+        b"Connection: Upgrade, HTTP2-Settings, close"
         b"\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n"
         b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)))
     assert head.startswith(b"HTTP/1.1 201 "), head
     assert json.loads(answer)["content"] == "written through an h2c offer"
 
     head, answer = exchange_raw(service.base_url, (
-        b"GET /v1/memories?user_id=h2c HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, close\r\n"
+        b"GET /v1/memories?user_id=h2c HTTP/1.1\r\nHost: localhost\r\n"
+        b"Connection: Upgrade, close\r\n"
         b"Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
         b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"))
     assert head.startswith(b"HTTP/1.1 200 "), head
     assert [m["user_id"] for m in json.loads(answer)["items"]] == ["h2c"]
 
     head, answer = exchange_raw(service.base_url, (
-        b"POST /v1/memories HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n"))
+        b"POST /v1/memories HTTP/1.1\r\nHost: localhost\r\nContent-Length: abc\r\n\r\n"))
     assert head.startswith(b"HTTP/1.1 400 "), head
     assert b"\r\ncontent-type: application/problem+json" in head
     problem = json.loads(answer)

@@ -324,7 +324,7 @@ async def down_client(down_resources: Resources) -> AsyncIterator[httpx.AsyncCli
     # such error at ERROR with its traceback.
     app = create_app(down_resources.settings, down_resources)
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://engram.test") as c:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
         yield c
 
 
@@ -399,7 +399,7 @@ async def test_database_unreachable_with_auth_on_is_503_not_401(
     res = Resources(settings, down_resources.engine, down_resources.sessionmaker,
                     down_resources.embedder)
     transport = httpx.ASGITransport(app=create_app(settings, res), raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://engram.test",
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost",
                                  headers=tenant.headers) as c:
         listed = await c.get("/v1/memories")
         created = await c.post("/v1/memories", json={"content": "x"})

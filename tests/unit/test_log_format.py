@@ -149,8 +149,8 @@ def test_a_background_round_cut_by_an_outage_logs_one_warning_line(
 ) -> None:
     """Found by an operator probe: while the embedded server restarted, the sweeps and
     the term statistics' fold logged a traceback at ERROR every second."""
-    logger = logging.getLogger("engram.test")
-    with caplog.at_level(logging.INFO, logger="engram.test"):
+    logger = logging.getLogger("localhost")
+    with caplog.at_level(logging.INFO, logger="localhost"):
         log_failed_round(logger, ConnectionRefusedError(111, "Connect call failed"),
                          "folding failed; retrying in %.0f s", 1.0)
         log_failed_round(logger, ValueError("a bug"), "folding failed; retrying in %.0f s",

@@ -375,3 +375,18 @@ def test_url_credentials_and_a_bearer_key_cannot_both_be_sent(prefix: str) -> No
 ])
 def test_url_credentials_and_a_key_that_do_not_meet_are_taken(url: str, key: str) -> None:
     Settings(openai_base_url=url, openai_api_key=key)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("value", ["engram.example:8080", "http://engram.example", "a b"])
+def test_allowed_hosts_are_names_without_ports_or_schemes(value: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        load(allowed_hosts=f"localhost, {value}")
+
+    message = format_settings_error(caught.value)
+    assert "ENGRAM_ALLOWED_HOSTS" in message
+    assert repr(value) in message
+
+
+def test_allowed_hosts_are_read_as_a_list() -> None:
+    assert load(allowed_hosts=" a.example, [::1],*, ").allowed_host_names == (
+        "a.example", "[::1]", "*")

@@ -34,14 +34,14 @@ async def test_a_run_cut_by_the_shutdown_is_named_in_its_answer(
     monkeypatch.setattr(ConsolidationRunner, "_execute", stalled)
     app = create_app(resources.settings, resources)
     body = json.dumps({"user_id": "u1"}).encode()
-    headers = [(b"host", b"engram.test"), (b"content-type", b"application/json"),
+    headers = [(b"host", b"localhost"), (b"content-type", b"application/json"),
                (b"content-length", str(len(body)).encode()),
                *((k.lower().encode(), v.encode()) for k, v in tenant.headers.items())]
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
              "method": "POST", "scheme": "http", "path": "/v1/consolidations",
              "raw_path": b"/v1/consolidations", "query_string": b"", "root_path": "",
              "headers": headers, "client": ("127.0.0.1", 50000),
-             "server": ("engram.test", 80)}
+             "server": ("localhost", 80)}
     sent: list[Message] = []
 
     async def receive() -> Message:
