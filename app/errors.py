@@ -17,6 +17,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from app.log_throttle import Throttle
 from app.service import request_id
 
 log = logging.getLogger("engram.errors")
@@ -126,6 +127,18 @@ class DatabaseBusy(AppError):
 
 def pool_wait_expired(seconds: float) -> DatabaseBusy:
     return DatabaseBusy(f"no database connection was free within {seconds:g} s; retry later")
+
+
+class DatabaseOutOfResources(AppError):
+    """The database refused a statement for want of a resource (SQLSTATE class 53): disk,
+    memory or a configured limit. Not the request's fault, and not over in a second."""
+
+    status, code, title = 503, "database_out_of_resources", "Database out of resources"
+    retry_after = 30
+
+
+class DatabaseDiskFull(DatabaseOutOfResources):
+    code, title = "database_disk_full", "Database disk full"
 
 
 class DatabaseTimeout(AppError):
@@ -365,6 +378,44 @@ DATABASE_FAILURES: tuple[type[Exception], ...] = (
 # embedded PostgreSQL does for a second while its watcher restarts it), out of slots; and
 # SQLSTATE class 08, the connection's own failures.
 _UNAVAILABLE_STATES = frozenset({"57P01", "57P02", "57P03", "53300"})
+_TOO_MANY_CONNECTIONS = "53300"
+# Under a flood of requests failing alike, one line per interval for each kind.
+_UNREACHABLE_LINES = Throttle()
+_BUSY_LINES = Throttle()
+_RESOURCE_LINES = Throttle()
+
+
+def out_of_resources(exc: BaseException) -> DatabaseOutOfResources | None:
+    """The answer to a statement the database refused for want of disk, memory or a
+    limit (SQLSTATE class 53 but 53300, a connection slot, which is busy, not full)."""
+    state = sqlstate(exc)
+    if state is None or not state.startswith("53") or state == _TOO_MANY_CONNECTIONS:
+        return None
+    if state == "53100":
+        return DatabaseDiskFull("the database's disk is full, so nothing was written; "
+                                "retry once an operator has freed space")
+    return DatabaseOutOfResources(f"the database is out of a resource ({_pg_message(exc)}), "
+                                  "so nothing was written; retry later")
+
+
+def _driver_error(exc: BaseException) -> BaseException:
+    """The driver's own error inside SQLAlchemy's wrapping (and its adapter's), if any."""
+    inner = getattr(exc, "orig", None) or exc
+    return getattr(inner, "__cause__", None) or inner
+
+
+def _pg_message(exc: BaseException) -> str:
+    """The server's own first line (`could not extend file ...: No space left on device`),
+    which names files and limits, never a statement's parameters."""
+    said = str(_driver_error(exc)).strip().splitlines()
+    return said[0] if said else type(exc).__name__
+
+
+def error_line(exc: BaseException) -> str:
+    """`exc` as a run's record or a client shows it: the driver's error and its first
+    line, without SQLAlchemy's statement and its link (a failed run's `error` held them)."""
+    inner = _driver_error(exc) if isinstance(exc, DBAPIError) else exc
+    return describe(inner).splitlines()[0]
 
 
 def describe(exc: BaseException) -> str:
@@ -383,6 +434,9 @@ def log_failed_round(logger: logging.Logger, exc: BaseException, message: str,
     if is_connection_failure(exc):
         logger.warning(f"{message}: the database cannot be reached (%s)", *args,
                        describe(exc))
+    elif out_of_resources(exc) is not None:
+        logger.warning(f"{message}: the database is out of resources (%s)", *args,
+                       _pg_message(exc))
     else:
         logger.error(message, *args, exc_info=exc)
 
@@ -417,11 +471,30 @@ async def unexpected_problem(request: Request, exc: Exception) -> JSONResponse:
         log.warning("database statement cut during %s %s (%s)",
                     request.method, request.url.path, describe(exc))
         return app_error_response(cut)
+    if sqlstate(exc) == _TOO_MANY_CONNECTIONS:
+        # Up, but at its max_connections: busy, not down (it was database_unavailable).
+        if (count := _BUSY_LINES.due()) is not None:
+            log.warning("the database has no connection slot free: %d request(s) answered "
+                        "503 since the last report, the last %s %s (%s)", count,
+                        request.method, request.url.path, _pg_message(exc))
+        return app_error_response(DatabaseBusy(
+            "the database has no connection free for another client (its max_connections)"
+            "; retry later"))
     if is_connection_failure(exc):
-        log.warning("database unreachable during %s %s: %s", request.method,
-                    request.url.path, describe(exc))
+        if (count := _UNREACHABLE_LINES.due()) is not None:
+            log.warning("database unreachable: %d request(s) answered 503 since the last "
+                        "report, the last %s %s: %s", count, request.method,
+                        request.url.path, describe(exc))
         return app_error_response(DatabaseUnavailable(
             "the database could not be reached; retry later"))
+    full = out_of_resources(exc)
+    if full is not None:
+        # A traceback a request, on the disk that is full, made it fuller (a probe).
+        if (count := _RESOURCE_LINES.due()) is not None:
+            log.warning("the database is out of resources: %d request(s) answered 503 "
+                        "since the last report, the last %s %s: %s", count,
+                        request.method, request.url.path, _pg_message(exc))
+        return app_error_response(full)
     if _collided(exc):
         log.warning("database collision during %s %s: %s", request.method,
                     request.url.path, type(exc).__name__)

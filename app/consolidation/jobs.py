@@ -22,7 +22,7 @@ from app.consolidation.runs import RUN_JOB, ConsolidationRunner, RunGone, ScopeB
 from app.consolidation.schemas import ConsolidationRequest
 from app.consolidation.service import compose
 from app.consolidation.stored import NewerRun, request_to_run
-from app.errors import ValidationFailed
+from app.errors import ValidationFailed, error_line
 from app.tenants.service import standing
 from app.worker.registry import JobContext, JobRegistry, RetryLater
 
@@ -51,7 +51,7 @@ async def run_queued(context: JobContext, payload: Mapping[str, Any]) -> None:
         # cannot be written either, and the sweep marks the run once it can.
         if context.last_try:
             await runner.give_up(run_id, "the run never started; its last try failed: "
-                                         f"{exc.__class__.__name__}: {exc}"[:1000])
+                                         f"{error_line(exc)}"[:1000])
         raise
 
 

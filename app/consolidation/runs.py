@@ -37,6 +37,7 @@ from app.errors import (
     Conflict,
     DatabaseUnavailable,
     NotFound,
+    error_line,
     is_connection_failure,
 )
 from app.ids import uuid7
@@ -79,7 +80,7 @@ def _cause(exc: BaseException) -> str:
     ops of a run's groups run in one) that it surfaced through."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
-    return f"{exc.__class__.__name__}: {exc}"
+    return error_line(exc)
 
 
 def _ms(seconds: float) -> float:

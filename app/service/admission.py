@@ -17,18 +17,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.errors import problem_response
+from app.log_throttle import Throttle
 from app.service.metrics import REQUESTS_IN_FLIGHT, REQUESTS_QUEUED, REQUESTS_SHED
 
 log = logging.getLogger("engram.admission")
 
 EXEMPT = frozenset({"/healthz", "/readyz", "/metrics"})
-_LOG_EVERY_SECONDS = 10.0
 _AT_END = "engram.at_request_end"
 
 
@@ -49,8 +48,7 @@ class AdmissionMiddleware:
         self.limit = limit
         self.wait_seconds = wait_seconds
         self._slots = asyncio.Semaphore(limit) if limit > 0 else None
-        self._shed_unlogged = 0
-        self._logged_at = -_LOG_EVERY_SECONDS
+        self._shed_throttle = Throttle()
         self.in_flight = 0
         self.queued = 0
         # Read at the scrape, so an admitted request pays no metric's lock.
@@ -90,14 +88,12 @@ class AdmissionMiddleware:
 
     async def _shed(self, scope: Scope, receive: Receive, send: Send) -> None:
         REQUESTS_SHED.inc()
-        self._shed_unlogged += 1
-        now = time.monotonic()
         # One line per interval, not per request: shedding happens under a flood.
-        if now - self._logged_at >= _LOG_EVERY_SECONDS:
+        shed = self._shed_throttle.due()
+        if shed is not None:
             log.warning("overloaded: %d request(s) answered 503 since the last report, "
-                        "each after waiting %g s for one of %d slots", self._shed_unlogged,
+                        "each after waiting %g s for one of %d slots", shed,
                         self.wait_seconds, self.limit)
-            self._shed_unlogged, self._logged_at = 0, now
         response = problem_response(
             503, "overloaded", "Overloaded",
             f"{self.limit} requests were already in flight and none finished within "

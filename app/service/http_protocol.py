@@ -38,12 +38,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any, cast
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from app.log_throttle import Throttle
 from app.service.head_held import HeadHeldTransport
 from app.service.protocol_answers import problem_answer
 from app.service.upgrade_offer import without_upgrade_offer
@@ -54,7 +54,6 @@ log = logging.getLogger("engram.http")
 # stops at 16 KiB) and small enough that parsing it costs nothing.
 MAX_HEAD_BYTES = 1024 * 1024
 LINGER_SECONDS = 2.0
-_LOG_EVERY_SECONDS = 10.0
 
 # httptools' own limit on a request's target (llhttp would read more, its URL parser not).
 MAX_TARGET_BYTES = 65535
@@ -67,8 +66,7 @@ _TOO_LARGE = (431, "Request Header Fields Too Large", "request_header_fields_too
 
 
 class BoundedHeadProtocol(HttpToolsProtocol):
-    _logged_at = -_LOG_EVERY_SECONDS
-    _refused_unlogged = 0
+    _refusals = Throttle()  # one for the process, as the protocol is one per connection
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -204,10 +202,7 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self._lingering = self.loop.call_later(LINGER_SECONDS, self.transport.close)
-        cls = BoundedHeadProtocol
-        cls._refused_unlogged += 1
-        now = time.monotonic()
-        if now - cls._logged_at >= _LOG_EVERY_SECONDS:
+        refused = BoundedHeadProtocol._refusals.due()
+        if refused is not None:
             log.warning("%d request(s) with a head past %d KiB answered 431 and closed since "
-                        "the last report", cls._refused_unlogged, MAX_HEAD_BYTES // 1024)
-            cls._logged_at, cls._refused_unlogged = now, 0
+                        "the last report", refused, MAX_HEAD_BYTES // 1024)

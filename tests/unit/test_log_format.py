@@ -149,8 +149,8 @@ def test_a_background_round_cut_by_an_outage_logs_one_warning_line(
 ) -> None:
     """Found by an operator probe: while the embedded server restarted, the sweeps and
     the term statistics' fold logged a traceback at ERROR every second."""
-    logger = logging.getLogger("localhost")
-    with caplog.at_level(logging.INFO, logger="localhost"):
+    logger = logging.getLogger("engram.test")
+    with caplog.at_level(logging.INFO, logger="engram.test"):
         log_failed_round(logger, ConnectionRefusedError(111, "Connect call failed"),
                          "folding failed; retrying in %.0f s", 1.0)
         log_failed_round(logger, ValueError("a bug"), "folding failed; retrying in %.0f s",
@@ -163,6 +163,25 @@ def test_a_background_round_cut_by_an_outage_logs_one_warning_line(
     assert fault.levelname == "ERROR"
     assert fault.exc_info is not None
     assert fault.exc_info[0] is ValueError
+
+
+def test_a_background_round_on_a_full_disk_logs_one_warning_line_without_the_statement(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Found by a disk-full probe: the term statistics' fold logged its DiskFullError at
+    ERROR, with a traceback and the whole statement's text."""
+    import asyncpg
+
+    logger = logging.getLogger("engram.test")
+    full = asyncpg.exceptions.DiskFullError(
+        'could not extend file "base/16384/16770": No space left on device')
+    with caplog.at_level(logging.INFO, logger="engram.test"):
+        log_failed_round(logger, full, "folding failed; retrying in %.0f s", 5.0)
+    (line,) = caplog.records
+    assert (line.levelname, line.exc_info) == ("WARNING", None)
+    assert line.getMessage() == (
+        "folding failed; retrying in 5 s: the database is out of resources (could not "
+        'extend file "base/16384/16770": No space left on device)')
 
 
 def pool_retry(exc: BaseException) -> logging.LogRecord:
