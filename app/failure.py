@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncpg
 from sqlalchemy.exc import DBAPIError
 
-from app.embedded_db import EmbeddedSettingRefused
+from app.embedded_db import EmbeddedSettingRefused, EmbeddedStartFailed
 from app.embedding_space.service import VectorSpaceMismatch
 from app.migrate import MigrationLockTimeout, SchemaNewer
 from app.settings import Settings
@@ -14,6 +14,7 @@ from app.settings import Settings
 # An operator's decision or the surroundings, not a fault of the code: their one line says
 # what to do, and a traceback adds nothing.
 OPERATIONAL = (VectorSpaceMismatch, MigrationLockTimeout, SchemaNewer, EmbeddedSettingRefused,
+               EmbeddedStartFailed,
                DBAPIError, asyncpg.PostgresError, asyncpg.InterfaceError, OSError,
                ConnectionError, TimeoutError)
 
@@ -22,7 +23,7 @@ def describe(exc: BaseException, settings: Settings | None = None) -> str:
     """`exc` on one line; with the `settings` in use, naming the setting that led there
     (the database's URL, the data folder)."""
     if isinstance(exc, VectorSpaceMismatch | MigrationLockTimeout | SchemaNewer
-                  | EmbeddedSettingRefused):
+                  | EmbeddedSettingRefused | EmbeddedStartFailed):
         return str(exc)
     if isinstance(exc, DBAPIError) and exc.orig is not None:
         exc = exc.orig

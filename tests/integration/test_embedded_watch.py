@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import subprocess
 import time
@@ -164,3 +165,55 @@ def test_a_start_on_a_small_dev_shm_turns_parallel_builds_off_and_a_larger_one_o
     finally:
         monkeypatch.undo()
         embedded_db._fit_parallel_builds(embedded_pg.server)
+
+
+def test_a_start_that_fails_says_the_servers_reason_in_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Found by a disk-full probe: a start on a full disk logged pg_ctl's command, the
+    whole server log in one 20 KB ERROR line (75 KB at each of the watch's tries) and a
+    traceback; the reason was the log's last line. A setting the server refuses fails
+    its start the same way, and is what this test gives it."""
+    embedded = embedded_db.start_embedded(tmp_path, shared_buffers_mb=32,
+                                          maintenance_work_mem_mb=16)
+    embedded.stop()
+    with (embedded.pgdata / "postgresql.auto.conf").open("a") as conf:
+        conf.write("work_mem = 'plenty'\n")
+
+    with pytest.raises(embedded_db.EmbeddedStartFailed) as caught:
+        embedded_db.start_embedded(tmp_path, shared_buffers_mb=32,
+                                   maintenance_work_mem_mb=16)
+
+    said = str(caught.value)
+    assert said.startswith(f"the embedded PostgreSQL in {embedded.pgdata} did not start: ")
+    assert said.endswith(f'FATAL:  configuration file "{embedded.pgdata}/postgresql.auto.conf" '
+                         f"contains errors (its log: {embedded.pgdata}/log)")
+    assert "\n" not in said
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_the_reason_is_the_last_fatal_or_panic_line_of_the_logs_end(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    log.write_text("LOG:  starting\n" + "x" * 200_000 + "\nFATAL:  an old one\n"
+                   "2026-12-02 LOG:  redo starts\n2026-12-02 PANIC:  could not write to "
+                   'file "pg_wal/xlogtemp.12": No space left on device\nLOG:  aborted\n')
+
+    assert embedded_db.failure_reason(log) == (
+        'PANIC:  could not write to file "pg_wal/xlogtemp.12": No space left on device')
+    assert embedded_db.failure_reason(tmp_path / "none") is None
+
+
+def test_a_lock_file_that_cannot_be_read_is_not_taken_for_a_stopped_server(
+    embedded_pg: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Out of file descriptors the lock file's read failed, and the watch took the running
+    server for stopped: it tried a restart, failed and counted it (a probe, `ulimit -n`)."""
+    def no_descriptors(_: Path) -> str:
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(embedded_db, "_read_lock", no_descriptors)
+    monkeypatch.setattr(embedded_db, "_UNREADABLE_LOCK_LINES", embedded_db.Throttle())
+
+    assert embedded_pg.is_running()
+    assert any("Too many open files" in r.getMessage() for r in caplog.records)
