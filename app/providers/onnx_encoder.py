@@ -175,8 +175,8 @@ def export(directory: Path, threads: int) -> bytes:
     return graph
 
 
-def store(path: Path, graph: bytes) -> None:
-    """Write atomically; a folder that cannot be written only costs the next start."""
+def store(path: Path, graph: bytes) -> bool:
+    """Write atomically; False if it could not be (that only costs the next start)."""
     tmp: str | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -189,6 +189,8 @@ def store(path: Path, graph: bytes) -> None:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
         log.warning("could not cache the ONNX model in %s: %s", path.parent, exc)
+        return False
+    return True
 
 
 def load_onnx_encoder(directory: Path, *, threads: int, batch_size: int,
@@ -209,7 +211,7 @@ def load_onnx_encoder(directory: Path, *, threads: int, batch_size: int,
     except Exception as exc:
         raise RuntimeError(f"could not export {MODEL_NAME} to ONNX ({exc}); "
                            "ENGRAM_EMBEDDER_RUNTIME=torch runs it on torch instead") from exc
-    store(path, graph)
-    log.info("exported %s to ONNX in %.1f s (%s)", MODEL_NAME,
-             time.perf_counter() - started, path)
+    kept = store(path, graph)
+    log.info("exported %s to ONNX in %.1f s (%s)", MODEL_NAME, time.perf_counter() - started,
+             path if kept else "kept in memory only")
     return OnnxEncoder(open_session(graph, threads), tokenizer, batch_size)

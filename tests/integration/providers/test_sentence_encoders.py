@@ -4,6 +4,7 @@ next start."""
 
 from __future__ import annotations
 
+import logging
 import random
 from pathlib import Path
 
@@ -101,6 +102,7 @@ def test_an_unwritable_cache_folder_still_serves(
     onnx: SentenceEncoder, cache_dir: Path, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO, logger="engram.embedder")
     (cached,) = cache_dir.iterdir()
     graph = cached.read_bytes()
     monkeypatch.setattr(onnx_encoder, "export", lambda directory, threads: graph)
@@ -110,6 +112,9 @@ def test_an_unwritable_cache_folder_still_serves(
     encoder = load_encoder("onnx", threads=1, batch_size=16, cache_dir=blocker / "models")
 
     assert "could not cache the ONNX model" in caplog.text
+    # Not a path it never wrote (a disk-full probe).
+    (exported,) = [r.getMessage() for r in caplog.records if "exported" in r.getMessage()]
+    assert exported.endswith("(kept in memory only)")
     sample = texts(5, 4)
     assert float(np.abs(encoder.encode(sample) - onnx.encode(sample)).max()) == 0.0
     assert blocker.read_text() == "not a folder"
