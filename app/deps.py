@@ -189,7 +189,9 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
              "stayed busy, a database statement ran past its time, or (`outcome_unknown`) "
              "the database stopped answering mid-commit, so the change may have been "
              "applied, (`shutting_down`) the service stopped the request as it shut "
-             "down, or (`overloaded`) too many requests were in flight (Retry-After)",
+             "down, (`overloaded`) too many requests were in flight (Retry-After), or "
+             "(`database_disk_full`, `database_out_of_resources`) the database refused a "
+             "statement for want of disk, memory or a limit, and nothing was written",
         504: "An upstream provider did not answer in time",
     }
     # No `model`: FastAPI would also declare application/json, which is never answered.
