@@ -16,6 +16,7 @@ from app.idempotency.repository import IdempotencyRepository, stored_key
 from app.idempotency.service import (
     HEADER,
     KEY_PATTERN,
+    Earlier,
     IdempotencyService,
     Outcome,
     check_key,
@@ -39,11 +40,12 @@ def _service(request: Request, session: AsyncSession, caller: Caller) -> Idempot
 
 
 async def answered_before(request: Request, session: AsyncSession, caller: Caller,
-                          key: str | None, operation: str, canonical: Callable[[], Any]) -> bool:
+                          key: str | None, operation: str, canonical: Callable[[], Any],
+                          earlier: Earlier = None) -> bool:
     """Whether `keyed_create` will replay this request's first answer: what the first
     request did before its `produce` (creating a session) is then not done again."""
     return key is not None and await _service(request, session, caller).answered(
-        check_key(key), operation, canonical())
+        check_key(key), operation, canonical(), earlier)
 
 
 async def keyed_create(
@@ -51,10 +53,12 @@ async def keyed_create(
     operation: str, canonical: Callable[[], Any],
     produce: Callable[[], Awaitable[tuple[int, Any]]],
     ahead: Callable[[], Awaitable[None]] | None = None,
+    earlier: Earlier = None,
 ) -> Response:
     """Answer `produce`'s (status, JSON value); with a key, at most once per key, a retry
     getting the first answer's bytes. `canonical` gives what identifies the request (only
-    called with a key: a batch of 1000 is not free to dump).
+    called with a key: a batch of 1000 is not free to dump); `earlier`, the forms older
+    versions hashed it in, read only for a key whose record's hash differs.
 
     `ahead`: the create's slow work that needs no database (embedding its texts), done
     before the key is claimed. The claim opens the request's transaction, and a create
@@ -84,11 +88,11 @@ async def keyed_create(
     if ahead is not None:
         reads = await request.app.state.resources.memory_reader()
         stored = await stored_key(reads, caller.tenant_id, key)
-        early = idempotency.replay(key, stored, operation, digest)
+        early = idempotency.replay(key, stored, operation, digest, earlier)
         if early is not None:
             return _answer(early)
         await ahead()
-    return _answer(await idempotency.run(key, operation, digest, rendered))
+    return _answer(await idempotency.run(key, operation, digest, rendered, earlier))
 
 
 def _answer(outcome: Outcome) -> Response:

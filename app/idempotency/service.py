@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeGuard
@@ -37,6 +37,15 @@ def canonical_body(body: BaseModel) -> dict[str, Any]:
     return body.model_dump(mode="json", exclude_defaults=True)
 
 
+def earlier_body(body: BaseModel) -> dict[str, Any]:
+    """The form a create's body was hashed in before 2026-12-01 22:07: the fields the
+    request sent, defaults spelt out included. A key stored then, retried after the
+    upgrade, is read with it too: it was a 409 for the same request (an upgrade probe).
+    (Labels are composed now, as they were not before 0033: a retry of one sent
+    decomposed still meets a 409.)"""
+    return body.model_dump(mode="json", exclude_unset=True)
+
+
 def request_hash(operation: str, body: Any) -> bytes:
     canonical = json.dumps([operation, body], sort_keys=True, separators=(",", ":"),
                            ensure_ascii=False)
@@ -49,6 +58,10 @@ def check_key(key: str) -> str:
             f"header.{HEADER}", "must be 1 to 255 visible ASCII characters"
         )
     return key
+
+
+# The forms older versions hashed a request in (`earlier_body`), made only when needed.
+Earlier = Callable[[], Sequence[Any]] | None
 
 
 class KeyRecord(Protocol):
@@ -75,12 +88,17 @@ class IdempotencyService:
         return record is not None and record.created_at >= datetime.now(UTC) - self.ttl
 
     def replay(self, key: str, record: KeyRecord | None, operation: str,
-               digest: bytes) -> Outcome | None:
+               digest: bytes, earlier: Earlier = None) -> Outcome | None:
         """The stored answer a request of this hash gets from the key's record, when it
-        is live and answered; a Conflict when the key was used with another request."""
+        is live and answered; a Conflict when the key was used with another request.
+        `earlier` gives the forms older versions hashed the request in, read only when
+        the digest differs."""
         if not self._live(record):
             return None
-        if record.operation != operation or record.request_hash != digest:
+        if record.operation != operation or (
+                record.request_hash != digest and not any(
+                    record.request_hash == request_hash(operation, form)
+                    for form in (earlier() if earlier is not None else ()))):
             raise Conflict(
                 f"{HEADER} {key!r} was already used with a different request; "
                 "use a new key for a new request"
@@ -89,13 +107,14 @@ class IdempotencyService:
             return Outcome(record.status_code, record.response_body, replayed=True)
         return None
 
-    async def answered(self, key: str, operation: str, body: Any) -> bool:
+    async def answered(self, key: str, operation: str, body: Any,
+                       earlier: Earlier = None) -> bool:
         """Whether this request, under `key`, would be answered from the key's record:
         work `run`'s `produce` would not repeat must not be done before it either."""
         record = await self.repository.get(key)
         try:
-            return self.replay(key, record, operation, request_hash(operation, body)) \
-                is not None
+            return self.replay(key, record, operation, request_hash(operation, body),
+                               earlier) is not None
         except Conflict:
             # Another request's key: `run` says so, after what the request does first.
             return False
@@ -106,12 +125,13 @@ class IdempotencyService:
         operation: str,
         digest: bytes,
         produce: Callable[[], Awaitable[tuple[int, str]]],
+        earlier: Earlier = None,
     ) -> Outcome:
         """`produce` makes the answer (status, JSON text) when the key is new; `digest`
         is the request's `request_hash`."""
         if not await self.repository.claim(key, operation, digest):
             record = await self.repository.get(key)
-            if (replayed := self.replay(key, record, operation, digest)) is not None:
+            if (replayed := self.replay(key, record, operation, digest, earlier)) is not None:
                 return replayed
             if record is None:
                 await self.repository.claim(key, operation, digest)

@@ -13,7 +13,7 @@ from app.cursors import CURSOR_MAX_CHARS
 from app.deps import CallerDep, SessionDep, problems, refuse_unknown_params
 from app.errors import ValidationFailed
 from app.idempotency.http import IdempotencyKey, keyed_create
-from app.idempotency.service import canonical_body
+from app.idempotency.service import canonical_body, earlier_body
 from app.memories.capacity import CapacityBound
 from app.memories.repository import MemoryFilter, MemoryReader, MemoryRepository
 from app.memories.schemas import (
@@ -116,7 +116,8 @@ async def create_memory(
         return 201, memory.model_dump(mode="json")
 
     return await keyed_create(request, session, caller, idempotency_key, "createMemory",
-                              lambda: canonical_body(body), produce, ahead=embed)
+                              lambda: canonical_body(body), produce, ahead=embed,
+                              earlier=lambda: [earlier_body(body)])
 
 
 @router.post("/batch", operation_id="createMemories", status_code=201,
@@ -139,7 +140,8 @@ async def create_memories(
         return 201, MemoryBatch(items=memories).model_dump(mode="json")
 
     return await keyed_create(request, session, caller, idempotency_key, "createMemories",
-                              lambda: canonical_body(body), produce, ahead=embed)
+                              lambda: canonical_body(body), produce, ahead=embed,
+                              earlier=lambda: [earlier_body(body)])
 
 
 async def _reads(request: Request, caller: CallerDep) -> MemoryReads:

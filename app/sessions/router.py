@@ -11,7 +11,7 @@ from app.cursors import CURSOR_MAX_CHARS
 from app.deps import CallerDep, SessionDep, problems, refuse_unknown_params
 from app.errors import problem_response
 from app.idempotency.http import IdempotencyKey, answered_before, keyed_create
-from app.idempotency.service import canonical_body
+from app.idempotency.service import canonical_body, earlier_body
 from app.sessions.config import fold_policy, retention
 from app.sessions.health import SessionHealthState
 from app.sessions.repository import SessionFilter, SessionReader, SessionRepository
@@ -93,12 +93,15 @@ async def append_turn(
     def canonical() -> dict[str, Any]:
         return {"session_id": session_id, **canonical_body(body)}
 
+    def earlier() -> list[dict[str, Any]]:
+        return [{"session_id": session_id, **earlier_body(body)}]
+
     # A retry of an answered append is only replayed: admitting it first would create the
     # session again had it been deleted since.
     if await answered_before(request, session, caller, idempotency_key, "appendTurn",
-                             canonical):
+                             canonical, earlier):
         return await keyed_create(request, session, caller, idempotency_key, "appendTurn",
-                                  canonical, _never_produced)
+                                  canonical, _never_produced, earlier=earlier)
     admitted = await service.admit(session_id, body)
     if isinstance(admitted, IdentityRejected):
         # Answered, not raised: the request's transaction commits the recorded event.
@@ -110,7 +113,7 @@ async def append_turn(
         return 201, (await service.append(state, body)).model_dump(mode="json")
 
     return await keyed_create(request, session, caller, idempotency_key, "appendTurn",
-                              canonical, produce)
+                              canonical, produce, earlier=earlier)
 
 
 async def _never_produced() -> tuple[int, Any]:

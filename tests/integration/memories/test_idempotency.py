@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 from sqlalchemy import text
 
+from app.idempotency.service import request_hash
 from app.resources import Resources
 from tests.conftest import TenantKey, make_client
 
@@ -117,6 +118,49 @@ async def test_a_retry_that_spells_out_the_defaults_is_the_same_request(
         "items": [{"content": "b", "importance": 0.5, "tags": [], "namespace": None}]})
     assert spelt.headers[REPLAYED] == "true"
     assert spelt.json() == batch.json()
+    assert await count_rows(resources, tenant.tenant_id) == 2
+
+
+async def stored_as_before_the_upgrade(resources: Resources, tenant: TenantKey, key: str,
+                                       operation: str, sent: dict[str, Any]) -> None:
+    """The key's record as a version before 2026-12-01 22:07 stored it: the hash of the
+    fields the request sent, defaults spelt out included."""
+    async with resources.engine.begin() as conn:
+        await conn.execute(
+            text("UPDATE idempotency_keys SET request_hash = :h "
+                 "WHERE tenant_id = :t AND key = :k"),
+            {"h": request_hash(operation, sent), "t": tenant.tenant_id, "k": key})
+
+
+async def test_a_retry_across_the_upgrade_of_a_key_hashed_the_older_way_replays(
+    resources: Resources, client: httpx.AsyncClient, tenant: TenantKey
+) -> None:
+    """Found by an upgrade probe: a generated client's create (every default spelt out),
+    retried after the upgrade's restart, was a 409 where it had replayed: the older
+    version had hashed the fields as sent."""
+    spelt = {"content": "Idem defaults spelt out.", "user_id": "iu", "category": "general",
+             "tags": [], "importance": 0.5, "metadata": {}, "source": "api"}
+    key = new_key()
+    first = await client.post("/v1/memories", json=spelt, headers={"Idempotency-Key": key})
+    assert first.status_code == 201
+    await stored_as_before_the_upgrade(resources, tenant, key, "createMemory", spelt)
+
+    retry = await client.post("/v1/memories", json=spelt, headers={"Idempotency-Key": key})
+    assert retry.status_code == 201, retry.text
+    assert retry.headers[REPLAYED] == "true"
+    assert retry.json() == first.json()
+    # Another request under the key is still one.
+    assert_conflict(await client.post("/v1/memories", json={**spelt, "importance": 0.6},
+                                      headers={"Idempotency-Key": key}))
+    batch_key = new_key()
+    items = {"items": [{"content": "b", "importance": 0.5, "tags": []}]}
+    batch = await client.post("/v1/memories/batch", json=items,
+                              headers={"Idempotency-Key": batch_key})
+    await stored_as_before_the_upgrade(resources, tenant, batch_key, "createMemories", items)
+    again = await client.post("/v1/memories/batch", json=items,
+                              headers={"Idempotency-Key": batch_key})
+    assert again.headers[REPLAYED] == "true"
+    assert again.json() == batch.json()
     assert await count_rows(resources, tenant.tenant_id) == 2
 
 

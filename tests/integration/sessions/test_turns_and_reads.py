@@ -18,6 +18,7 @@ from app.sessions.service import SessionReads
 from app.sessions.types import SessionState
 from app.validation import PATH_SEGMENT_PATTERN
 from tests.conftest import TenantKey, make_client
+from tests.integration.memories.test_idempotency import stored_as_before_the_upgrade
 from tests.integration.sessions.conftest import append, get_json, new_id, with_settings
 
 
@@ -221,6 +222,27 @@ async def test_a_retry_with_the_same_idempotency_key_appends_once(
     spelt = await client.post(f"/v1/sessions/{sid}/turns", json={**body, "agent_id": None},
                               headers=headers)
     assert (spelt.status_code, spelt.content) == (201, first.content)
+
+
+async def test_a_turns_retry_across_the_upgrade_of_a_key_hashed_the_older_way_replays(
+    client: httpx.AsyncClient, resources: Resources, tenant: TenantKey,
+) -> None:
+    """An upgrade probe: the older version hashed the fields as sent, so a generated
+    client's retry after the upgrade's restart was a 409."""
+    sid = new_id()
+    headers = {"Idempotency-Key": f"turn-up-{sid}"}
+    body = {"role": "user", "content": "said before the upgrade", "user_id": "u1",
+            "agent_id": None}
+    first = await client.post(f"/v1/sessions/{sid}/turns", json=body, headers=headers)
+    assert first.status_code == 201
+    await stored_as_before_the_upgrade(resources, tenant, headers["Idempotency-Key"],
+                                       "appendTurn", {"session_id": sid, **body})
+
+    retry = await client.post(f"/v1/sessions/{sid}/turns", json=body, headers=headers)
+
+    assert (retry.status_code, retry.content) == (201, first.content)
+    assert retry.headers["idempotent-replayed"] == "true"
+    assert (await get_json(client, f"/v1/sessions/{sid}"))["counts"]["turns"] == 1
 
 
 async def test_a_retry_after_the_session_was_deleted_is_replayed_and_creates_nothing(
