@@ -86,6 +86,23 @@ class EmbeddingSpaceRepository:
         return bool((await self._conn.execute(
             text("SELECT EXISTS (SELECT FROM memories)"))).scalar())
 
+    async def newest_contents(self, limit: int) -> Sequence[tuple[uuid.UUID, str]]:
+        """The newest memories holding a vector, to embed again and compare."""
+        rows = await self._conn.execute(text(
+            "SELECT id, content FROM memories WHERE embedding IS NOT NULL "
+            "ORDER BY id DESC LIMIT :limit"), {"limit": limit})
+        return [(row[0], row[1]) for row in rows]
+
+    async def mean_similarity(self, ids: Sequence[uuid.UUID],
+                              vectors: Sequence[Sequence[float]]) -> float | None:
+        """The stored vectors' mean cosine similarity to `vectors`, row by row."""
+        mean = await self._conn.scalar(text(
+            "SELECT avg(1 - (m.embedding <=> CAST(v.vector AS vector))) FROM "
+            "unnest(CAST(:ids AS uuid[]), CAST(:vectors AS text[])) AS v(id, vector) "
+            "JOIN memories m ON m.id = v.id"),
+            {"ids": list(ids), "vectors": [vector_text(v) for v in vectors]})
+        return None if mean is None else float(mean)
+
     async def count_after(self, after: uuid.UUID | None) -> int:
         return int((await self._conn.execute(
             text("SELECT count(*) FROM memories WHERE CAST(:after AS uuid) IS NULL "

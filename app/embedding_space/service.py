@@ -73,9 +73,12 @@ async def check_on_start(engine: AsyncEngine, embedder: Embedder) -> None:
     async with engine.begin() as conn:
         repo = EmbeddingSpaceRepository(conn)
         stored = await repo.lock_row()
-        decision = on_start(stored, configured, await repo.has_memories())
+        has_memories = await repo.has_memories()
+        decision = on_start(stored, configured, has_memories)
         if decision.action == "refuse":
             raise VectorSpaceMismatch(decision.reason)
+        if decision.action == "record" and has_memories:
+            await _check_unrecorded(repo, embedder)
         if decision.action == "adopt" and stored is not None:
             await _refuse_adopting_beside_a_replica(repo, stored.model, configured)
         if decision.action != "keep":
@@ -86,6 +89,39 @@ async def check_on_start(engine: AsyncEngine, embedder: Embedder) -> None:
                 await repo.create_vector_index()
             log.info("stored vectors: %s (%s)", configured,
                      "recorded" if decision.action == "record" else "no memory held another's")
+
+
+UNRECORDED_SAMPLE = 5
+SAME_MODEL_SIMILARITY = 0.9
+"""A model embeds a text again to within ~1e-6 of its stored vector (ONNX against torch:
+2e-7); another model's vectors sit near 0 (the hash embedder's against the local model's:
+0.03)."""
+
+
+async def _check_unrecorded(repo: EmbeddingSpaceRepository, embedder: Embedder) -> None:
+    """Vectors stored before their model was recorded (migration 0021) were taken to be
+    the configured embedder's. An upgrade started with another embedder than the old
+    version's recorded them as its own, and search by meaning answered at random for
+    every old memory, with no word said (an upgrade probe). So some of them are embedded
+    again and compared first."""
+    rows = await repo.newest_contents(UNRECORDED_SAMPLE)
+    if not rows:
+        return
+    try:
+        vectors = await embedder.embed([content for _, content in rows])
+    except Exception as exc:  # a provider down at start: recorded unchecked, as before
+        log.warning("could not check that the stored vectors are %s's (%s); recorded as "
+                    "its", embedder.vector_space, exc)
+        return
+    similarity = await repo.mean_similarity([row_id for row_id, _ in rows], vectors)
+    if similarity is not None and similarity < SAME_MODEL_SIMILARITY:
+        raise VectorSpaceMismatch(
+            f"the stored memories' vectors were written before their model was recorded, "
+            f"and they are not the configured embedder's ({embedder.vector_space}): "
+            f"embedded again, {len(rows)} of them came out at a mean similarity of "
+            f"{similarity:.2f} to what is stored. Configure the embedder the earlier "
+            f"version ran with, or run `python -m app reembed` to re-embed every memory "
+            f"with this one")
 
 
 ADOPT_WAIT_SECONDS = 1.0

@@ -135,6 +135,29 @@ async def test_the_first_start_records_the_model_and_later_ones_keep_it(
     assert await space_row(own_db) == (HASH, None, None, recorded)
 
 
+async def test_vectors_stored_before_any_record_are_checked_against_the_configured_model(
+        own_db: Resources) -> None:
+    """Found by an upgrade probe: a database from before migration 0021 written with the
+    hash embedder, started with the local model, was recorded as the local model's, and
+    every old memory's vector answered a search at random (0.03 to its own text)."""
+    await store(own_db, "Alice prefers green tea.", "Bob runs on Sundays.")
+    async with own_db.engine.begin() as conn:
+        await conn.execute(text("DELETE FROM embedding_space"))  # as before 0021
+
+    with pytest.raises(VectorSpaceMismatch) as refused:
+        await check_on_start(own_db.engine, OtherModel())
+
+    said = str(refused.value)
+    assert "written before their model was recorded" in said
+    assert "other-model" in said
+    assert "python -m app reembed" in said
+    async with own_db.engine.connect() as conn:
+        assert (await conn.execute(text("SELECT count(*) FROM embedding_space"))).scalar() == 0
+    # The model they were written with is recorded.
+    await check_on_start(own_db.engine, own_db.embedder)
+    assert (await space_row(own_db))[:3] == (HASH, None, None)
+
+
 async def test_another_model_is_refused_while_memories_hold_vectors(own_db: Resources) -> None:
     await check_on_start(own_db.engine, own_db.embedder)
     await store(own_db, "The boiler was serviced in March")
