@@ -143,7 +143,7 @@ EVERY_PATH = (400, 403, 414, 421, 431)
 def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI `responses` declaring problem+json for each status a /v1 route can return:
     `statuses` and those every one can."""
-    wanted = {401, 403, 408, 413, 422, 429, 500, 503, *EVERY_PATH, *statuses}
+    wanted = {401, 403, 408, 412, 413, 415, 422, 429, 500, 501, 503, *EVERY_PATH, *statuses}
     if 502 in wanted:
         # A route that calls a provider can see it fail (502) or time out (504).
         wanted.add(504)
@@ -164,9 +164,15 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         408: "The request body did not arrive in time (`request_timeout`; "
              "ENGRAM_REQUEST_BODY_TIMEOUT_SECONDS, 60 s by default); nothing was changed",
         409: "Conflict",
+        412: "`If-Match` names an entity tag (`precondition_failed`): the service gives "
+             "none, so none can hold; nothing was changed (`If-Match: *` goes on)",
         413: "The request body is larger than the service reads (`payload_too_large`): "
              "1 MiB, or for a batch of memories ENGRAM_MAX_BODY_MB (64 MiB by default; "
              "split the batch)",
+        415: "The body is in a content coding (`Content-Encoding`; `Accept-Encoding: "
+             "identity` says the one read) or a patch format (`Accept-Patch: "
+             "application/json`) the service does not read (`unsupported_media_type`); "
+             "nothing was changed",
         422: "Invalid input; `errors` names each bad field",
         414: "The request's target (path and query) is longer than 64 KiB (`uri_too_long`), "
              "answered before the request reaches the service (with a request id of its "
@@ -184,6 +190,7 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
              "rolled back (a consolidation run keeps the groups it had committed, as its "
              "record shows); the service's log line with the same `request_id` says what "
              "failed",
+        501: "A transfer coding besides chunked (`not_implemented`); nothing was changed",
         502: "An upstream provider failed",
         503: "The database or a provider is unavailable, every database connection "
              "stayed busy, a database statement ran past its time, or (`outcome_unknown`) "

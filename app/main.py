@@ -36,6 +36,7 @@ from app.service.shutdown import (
     ShutdownCutMiddleware,
     ShutdownSignal,
 )
+from app.service.unsupported_asks import UnsupportedAsksMiddleware
 from app.service.write_deadline import WriteDeadlineMiddleware
 from app.sessions.router import router as sessions_router
 from app.settings import Settings
@@ -165,6 +166,7 @@ def create_app(settings: Settings | None = None, resources: Resources | None = N
                        timeout_seconds=settings.request_body_timeout_seconds)
     # Before anything is read or admitted: a request addressed to a name the service does
     # not answer to, or a foreign page's with authentication off, is answered at once.
+    app.add_middleware(UnsupportedAsksMiddleware)
     app.add_middleware(HostGateMiddleware, rule=HostRule.of(
         auth_enabled=settings.auth_enabled, allowed_hosts=settings.allowed_host_names))
     app.add_middleware(MetricsMiddleware, routes=[
