@@ -159,7 +159,7 @@ async def test_disabled_auth_acts_as_default_tenant(resources) -> None:  # type:
     app = create_app(settings, res)
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     marker = f"default-{uuid.uuid4()}"
-    async with httpx.AsyncClient(transport=transport, base_url="http://t") as anon:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as anon:
         created = await anon.post("/v1/memories", json={"content": "x", "user_id": marker})
         assert created.status_code == 201
     from sqlalchemy import text
