@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from fastapi import Request
-from sqlalchemy import CursorResult, Delete, event
+from sqlalchemy import Delete, event
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -105,18 +105,6 @@ async def delete_in_batches(engine: AsyncEngine, stmt: Delete, batch: int) -> in
         total += removed
         if removed < batch:
             return total
-
-
-async def delete_in_statements(session: AsyncSession, stmt: Delete) -> int:
-    """Run `stmt`, a DELETE of a bounded number of rows, again and again in `session`'s
-    transaction until it deletes none; how many rows in all. For a request's delete of
-    many rows: all or nothing, and each statement's triggers see a bounded change. Not
-    until one deletes fewer than its bound: rows a concurrent delete took would end it
-    early."""
-    total = 0
-    while removed := cast(CursorResult[Any], await session.execute(stmt)).rowcount:
-        total += removed
-    return total
 
 
 def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:

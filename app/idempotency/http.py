@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Annotated, Any
 
@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth import Caller
-from app.errors import ValidationFailed
+from app.errors import PROBLEM_JSON, ValidationFailed
 from app.idempotency.repository import IdempotencyRepository, stored_key
 from app.idempotency.service import (
     HEADER,
@@ -54,11 +54,13 @@ async def keyed_create(
     produce: Callable[[], Awaitable[tuple[int, Any]]],
     ahead: Callable[[], Awaitable[None]] | None = None,
     earlier: Earlier = None,
+    names: Callable[[Any], Sequence[str]] = lambda _: (),
 ) -> Response:
     """Answer `produce`'s (status, JSON value); with a key, at most once per key, a retry
     getting the first answer's bytes. `canonical` gives what identifies the request (only
     called with a key: a batch of 1000 is not free to dump); `earlier`, the forms older
-    versions hashed it in, read only for a key whose record's hash differs.
+    versions hashed it in, read only for a key whose record's hash differs; `names`,
+    what a produced answer names (`memory:<id>`), whose erasure erases the stored answer.
 
     `ahead`: the create's slow work that needs no database (embedding its texts), done
     before the key is claimed. The claim opens the request's transaction, and a create
@@ -73,10 +75,10 @@ async def keyed_create(
         return JSONResponse(payload, status_code=status)
     idempotency = _service(request, session, caller)
 
-    async def rendered() -> tuple[int, str]:
+    async def rendered() -> tuple[int, str, Sequence[str]]:
         # Kept as sent, so a retry's body is byte for byte the first one's.
         status, payload = await produce()
-        return status, bytes(JSONResponse(payload).body).decode()
+        return status, bytes(JSONResponse(payload).body).decode(), names(payload)
 
     if len(request.headers.getlist(HEADER)) > 1:
         # Which one the client meant is unknown: one of them silently used could replay,
@@ -98,4 +100,5 @@ async def keyed_create(
 def _answer(outcome: Outcome) -> Response:
     headers = {"Idempotent-Replayed": "true"} if outcome.replayed else None
     return Response(outcome.body, status_code=outcome.status_code, headers=headers,
-                    media_type="application/json")
+                    media_type=PROBLEM_JSON if outcome.status_code >= 400 else
+                    "application/json")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -11,6 +13,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from app.db import Fetcher, delete_in_batches
+from app.errors import PROBLEM_BASE
 from app.models import IdempotencyRecord
 
 
@@ -46,12 +49,37 @@ class IdempotencyRepository:
                     response_body=None, created_at=func.now())
         )
 
-    async def complete(self, key: str, status_code: int, body: str) -> None:
+    async def complete(self, key: str, status_code: int, body: str,
+                       names: Sequence[str] = ()) -> None:
         await self.session.execute(
             update(IdempotencyRecord)
             .where(IdempotencyRecord.tenant_id == self.tenant_id, IdempotencyRecord.key == key)
-            .values(status_code=status_code, response_body=body)
+            .values(status_code=status_code, response_body=body, names=list(names))
         )
+
+
+ERASED_STATUS = 410
+ERASED_ANSWER = json.dumps({
+    "type": PROBLEM_BASE + "answer_erased", "title": "Answer erased", "status": ERASED_STATUS,
+    "detail": "this key's request was done, and what its answer named has since been "
+              "deleted or its history erased, so the answer was erased with it; nothing "
+              "was done again"}, separators=(",", ":"))
+
+
+async def erase_answers(session: AsyncSession, tenant_id: uuid.UUID,
+                        names: Sequence[str]) -> int:
+    """Replace the stored answers naming any of `names` with a 410 that quotes nothing,
+    in the caller's transaction; how many. The key stays, so a retry is still not done
+    again."""
+    if not names:
+        return 0
+    result = await session.execute(
+        update(IdempotencyRecord)
+        .where(IdempotencyRecord.tenant_id == tenant_id,
+               IdempotencyRecord.names.overlap(list(names)))
+        .values(status_code=ERASED_STATUS, response_body=ERASED_ANSWER, names=[])
+        .execution_options(synchronize_session=False))
+    return int(getattr(result, "rowcount", 0) or 0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeGuard
@@ -44,6 +44,16 @@ def earlier_body(body: BaseModel) -> dict[str, Any]:
     (Labels are composed now, as they were not before 0033: a retry of one sent
     decomposed still meets a 409.)"""
     return body.model_dump(mode="json", exclude_unset=True)
+
+
+def named_memories(ids: Iterable[object]) -> list[str]:
+    """What a stored answer holding these memories names (migration 0034)."""
+    return [f"memory:{memory_id}" for memory_id in ids]
+
+
+def named_sessions(ids: Iterable[str]) -> list[str]:
+    """What a stored answer holding turns of these sessions names (migration 0034)."""
+    return [f"session:{session_id}" for session_id in ids]
 
 
 def request_hash(operation: str, body: Any) -> bytes:
@@ -124,11 +134,11 @@ class IdempotencyService:
         key: str,
         operation: str,
         digest: bytes,
-        produce: Callable[[], Awaitable[tuple[int, str]]],
+        produce: Callable[[], Awaitable[tuple[int, str, Sequence[str]]]],
         earlier: Earlier = None,
     ) -> Outcome:
-        """`produce` makes the answer (status, JSON text) when the key is new; `digest`
-        is the request's `request_hash`."""
+        """`produce` makes the answer (status, JSON text, what it names) when the key is
+        new; `digest` is the request's `request_hash`."""
         if not await self.repository.claim(key, operation, digest):
             record = await self.repository.get(key)
             if (replayed := self.replay(key, record, operation, digest, earlier)) is not None:
@@ -137,6 +147,6 @@ class IdempotencyService:
                 await self.repository.claim(key, operation, digest)
             else:
                 await self.repository.reclaim(key, operation, digest)
-        status_code, response = await produce()
-        await self.repository.complete(key, status_code, response)
+        status_code, response, names = await produce()
+        await self.repository.complete(key, status_code, response, names)
         return Outcome(status_code, response, replayed=False)

@@ -13,7 +13,7 @@ from app.cursors import CURSOR_MAX_CHARS
 from app.deps import CallerDep, SessionDep, problems, refuse_unknown_params
 from app.errors import ValidationFailed
 from app.idempotency.http import IdempotencyKey, keyed_create
-from app.idempotency.service import canonical_body, earlier_body
+from app.idempotency.service import canonical_body, earlier_body, named_memories
 from app.memories.capacity import CapacityBound
 from app.memories.repository import MemoryFilter, MemoryReader, MemoryRepository
 from app.memories.schemas import (
@@ -100,7 +100,7 @@ CAP_NOTE = ("When the service caps a user's active memories (`ENGRAM_MAX_MEMORIE
 
 
 @router.post("", operation_id="createMemory", summary="Store one memory", status_code=201,
-             response_model=Memory, responses=problems(409, 502), description=CAP_NOTE)
+             response_model=Memory, responses=problems(409, 410, 502), description=CAP_NOTE)
 async def create_memory(
     body: MemoryCreate, request: Request, session: SessionDep, caller: CallerDep,
     idempotency_key: IdempotencyKey = None,
@@ -117,12 +117,13 @@ async def create_memory(
 
     return await keyed_create(request, session, caller, idempotency_key, "createMemory",
                               lambda: canonical_body(body), produce, ahead=embed,
-                              earlier=lambda: [earlier_body(body)])
+                              earlier=lambda: [earlier_body(body)],
+                              names=lambda answer: named_memories([answer["id"]]))
 
 
 @router.post("/batch", operation_id="createMemories", status_code=201,
              summary="Store up to 1000 memories, all or nothing", response_model=MemoryBatch,
-             responses=problems(409, 502),
+             responses=problems(409, 410, 502),
              description=CAP_NOTE + " A batch holding more memories of one user than the cap "
              "is refused with 422 (`items`).")
 async def create_memories(
@@ -141,7 +142,9 @@ async def create_memories(
 
     return await keyed_create(request, session, caller, idempotency_key, "createMemories",
                               lambda: canonical_body(body), produce, ahead=embed,
-                              earlier=lambda: [earlier_body(body)])
+                              earlier=lambda: [earlier_body(body)],
+                              names=lambda answer: named_memories(
+                                  item["id"] for item in answer["items"]))
 
 
 async def _reads(request: Request, caller: CallerDep) -> MemoryReads:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from app.cursors import cut_page, decode_cursor, decode_number_cursor, listing
 from app.errors import FieldError, NotFound, ValidationFailed
+from app.idempotency.repository import erase_answers
+from app.idempotency.service import named_memories
 from app.ids import uuid7
 from app.memories.capacity import CapacityBound
 from app.memories.repository import Gone, MemoryFilter, MemoryReader, MemoryRepository
@@ -189,6 +191,13 @@ class MemoryService:
         if gone is None:
             raise NotFound(f"memory {memory_id} does not exist")
         await self._release([gone])
+        await self._erase_answers([memory_id])
+
+    async def _erase_answers(self, ids: Iterable[uuid.UUID]) -> None:
+        """The stored answers of keyed creates that quote these memories (their text as
+        created): a retry with the key served an erased memory back (a day-2 probe)."""
+        await erase_answers(self.repository.session, self.repository.tenant_id,
+                            named_memories(ids))
 
     async def _release(self, gone: Sequence[Gone]) -> int:
         """Summaries that hold a deleted memory's text go with it, and what a summary that
@@ -207,6 +216,8 @@ class MemoryService:
         erased = await self.repository.delete_versions(memory_id)
         if erased is None:
             raise NotFound(f"memory {memory_id} does not exist")
+        # The create's answer holds the first state.
+        await self._erase_answers([memory_id])
         return erased
 
     async def delete_matching(self, filters: MemoryFilter) -> int:
@@ -222,6 +233,7 @@ class MemoryService:
         log.info("deleted %d memories of tenant %s matching %s", len(deleted),
                  self.repository.tenant_id, ", ".join(filters.given()))
         dissolved = await self._release(deleted)
+        await self._erase_answers(gone.id for gone in deleted)
         scope = {c: v for c in SCOPE_COLUMNS if (v := getattr(filters, c)) is not None}
         narrowed = (filters.tags, filters.categories, filters.fact_role, filters.metadata,
                     filters.created_after, filters.created_before)

@@ -18,7 +18,7 @@ from sqlalchemy import ColumnElement, delete, func, insert, select, tuple_, upda
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from app.db import Fetcher, delete_in_batches, delete_in_statements, jsonb
+from app.db import Fetcher, delete_in_batches, jsonb
 from app.ids import uuid7
 from app.models import ChatSession, SessionEvent, SessionTurn, Tenant
 from app.service.metrics import SESSION_EVENTS
@@ -191,9 +191,9 @@ class SessionRepository:
         return result.first() is not None
 
     async def delete_of(self, *, user_id: str | None, agent_id: str | None,
-                        batch: int = DELETE_BATCH) -> int:
+                        batch: int = DELETE_BATCH) -> list[str]:
         """Delete the sessions of a user, an agent or both, with their turns and events;
-        how many. `batch` sessions a statement (each may hold thousands of turns), all in
+        their ids. `batch` sessions a statement (each may hold thousands of turns), all in
         the caller's transaction; until a statement deletes none."""
         preds = [ChatSession.tenant_id == self.tenant_id]
         if user_id is not None:
@@ -201,8 +201,13 @@ class SessionRepository:
         if agent_id is not None:
             preds.append(ChatSession.agent_id == agent_id)
         chosen = select(ChatSession.session_id).where(*preds).limit(batch).scalar_subquery()
-        return await delete_in_statements(self.session, delete(ChatSession).where(
-            ChatSession.tenant_id == self.tenant_id, ChatSession.session_id.in_(chosen)))
+        stmt = delete(ChatSession).where(
+            ChatSession.tenant_id == self.tenant_id, ChatSession.session_id.in_(chosen),
+        ).returning(ChatSession.session_id).execution_options(synchronize_session=False)
+        deleted: list[str] = []
+        while rows := (await self.session.execute(stmt)).scalars().all():
+            deleted.extend(rows)
+        return deleted
 
     async def add_event(self, session_id: str, kind: str, detail: Mapping[str, Any]) -> None:
         await self.session.execute(

@@ -11,7 +11,7 @@ from app.cursors import CURSOR_MAX_CHARS
 from app.deps import CallerDep, SessionDep, problems, refuse_unknown_params
 from app.errors import problem_response
 from app.idempotency.http import IdempotencyKey, answered_before, keyed_create
-from app.idempotency.service import canonical_body, earlier_body
+from app.idempotency.service import canonical_body, earlier_body, named_sessions
 from app.sessions.config import fold_policy, retention
 from app.sessions.health import SessionHealthState
 from app.sessions.repository import SessionFilter, SessionReader, SessionRepository
@@ -79,7 +79,7 @@ async def list_sessions(
 
 @router.post(
     "/{session_id}/turns", operation_id="appendTurn", summary="Append a turn to a session",
-    status_code=201, response_model=AppendedTurn, responses=problems(409),
+    status_code=201, response_model=AppendedTurn, responses=problems(409, 410),
     description="Creates the session on its first turn, with the configured context "
     "strategy. A turn naming another user or agent than the session's is refused with "
     "409 and recorded as an event. The log is append-only.",
@@ -113,7 +113,8 @@ async def append_turn(
         return 201, (await service.append(state, body)).model_dump(mode="json")
 
     return await keyed_create(request, session, caller, idempotency_key, "appendTurn",
-                              canonical, produce, earlier=earlier)
+                              canonical, produce, earlier=earlier,
+                              names=lambda _: named_sessions([session_id]))
 
 
 async def _never_produced() -> tuple[int, Any]:

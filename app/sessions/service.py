@@ -6,6 +6,7 @@ transaction); reading sessions, a session's context, its log and its events
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
@@ -19,6 +20,8 @@ from app.cursors import (
     listing,
 )
 from app.errors import FieldError, NotFound, ValidationFailed
+from app.idempotency.repository import erase_answers
+from app.idempotency.service import named_sessions
 from app.sessions.context import estimate_tokens, fold_warning, strategy_in_force
 from app.sessions.folder import enqueue_fold
 from app.sessions.folding import FoldPolicy, backlog, overflow
@@ -191,7 +194,14 @@ class SessionService:
     async def delete(self, session_id: str) -> None:
         if not await self.repository.delete(session_id):
             raise NotFound(f"session {session_id!r} not found")
+        await self._erase_answers([session_id])
         log.info("session %s deleted", session_id)
+
+    async def _erase_answers(self, session_ids: Sequence[str]) -> None:
+        """The stored answers of keyed appends to these sessions, which quote their turns:
+        a retry with the key served a deleted turn's text back (a day-2 probe)."""
+        await erase_answers(self.repository.session, self.repository.tenant_id,
+                            named_sessions(session_ids))
 
     async def delete_of(self, *, user_id: str | None, agent_id: str | None) -> int:
         """Delete every session of a user, an agent, or that user with that agent; how
@@ -200,7 +210,9 @@ class SessionService:
             raise ValidationFailed.on("query", "name user_id, agent_id or both: without "
                                       "one the delete would remove every session of the "
                                       "tenant")
-        deleted = await self.repository.delete_of(user_id=user_id, agent_id=agent_id)
+        deleted_ids = await self.repository.delete_of(user_id=user_id, agent_id=agent_id)
+        deleted = len(deleted_ids)
+        await self._erase_answers(deleted_ids)
         # By which ids, not the ids: the user's is what was erased.
         log.info("deleted %d sessions of tenant %s by %s", deleted, self.repository.tenant_id,
                  " and ".join(n for n, v in (("user_id", user_id), ("agent_id", agent_id))

@@ -365,6 +365,41 @@ async def test_stored_answers_become_text_and_back_to_jsonb_on_downgrade(
     assert await stored() == ("jsonb", answer)
 
 
+async def test_stored_answers_are_named_by_what_they_hold_and_lose_the_names_on_downgrade(
+    fresh_engine: AsyncEngine,
+) -> None:
+    """Migration 0034 names each stored create's and append's answer by the memories or
+    session it holds, so erasing them erases the answer (a day-2 probe found them served
+    back after the erasure); a failed answer and another operation's hold none."""
+    await upgrade_to_head(fresh_engine, "0033")
+    one, two, three = (str(uuid.uuid4()) for _ in range(3))
+    answers = {
+        "one": ("createMemory", 201, {"id": one, "content": "a secret"}),
+        "batch": ("createMemories", 201, {"items": [{"id": two}, {"id": three}]}),
+        "turn": ("appendTurn", 201, {"session_id": "conv-7", "content": "hi"}),
+        "refused": ("createMemory", 422, {"detail": "no"}),
+    }
+    async with fresh_engine.begin() as conn:
+        for key, (operation, status, body) in answers.items():
+            await conn.execute(text(
+                "INSERT INTO idempotency_keys (tenant_id, key, operation, request_hash, "
+                "status_code, response_body) VALUES (:t, :k, :o, '\\x00', :s, :b)"),
+                {"t": DEFAULT_TENANT_ID, "k": key, "o": operation, "s": status,
+                 "b": json.dumps(body)})
+
+    await upgrade_to_head(fresh_engine)
+    async with fresh_engine.connect() as conn:
+        named = dict((await conn.execute(text(
+            "SELECT key, names FROM idempotency_keys"))).all())
+    assert named == {"one": [f"memory:{one}"], "batch": [f"memory:{two}", f"memory:{three}"],
+                     "turn": ["session:conv-7"], "refused": []}
+    await downgrade(fresh_engine, "0033")
+    async with fresh_engine.connect() as conn:
+        assert await conn.scalar(text(
+            "SELECT count(*) FROM information_schema.columns "
+            "WHERE table_name = 'idempotency_keys' AND column_name = 'names'")) == 0
+
+
 async def test_memories_take_their_version_from_their_history_and_drop_it_on_downgrade(
     fresh_engine: AsyncEngine,
 ) -> None:

@@ -393,3 +393,49 @@ async def test_a_keyed_create_holds_no_connection_while_it_embeds_and_a_replay_e
     assert again.content == answered.content
     assert held.calls == 1
     assert await count_rows(resources, tenant.tenant_id) == 1
+
+
+async def test_erasing_what_a_stored_answer_holds_erases_the_answer_and_does_nothing_again(
+    resources: Resources, client: httpx.AsyncClient, tenant: TenantKey
+) -> None:
+    """Found by a day-2 probe: after a memory was deleted (alone, by its user, or its
+    history erased), a retry with its create's key served its text back, and a backup
+    held it, for the key's whole life (up to 30 days)."""
+    secret = "my API password is hunter2-SECRETX9"
+
+    async def keyed(path: str, key: str, body: dict[str, Any]) -> httpx.Response:
+        return await client.post(path, json=body, headers={"Idempotency-Key": key})
+
+    alone = (await keyed("/v1/memories", "k-alone", {"content": secret})).json()
+    by_user = (await keyed("/v1/memories/batch", "k-user", {"items": [
+        {"content": secret, "user_id": "gdpr"}, {"content": "other", "user_id": "gdpr"}]}))
+    history = (await keyed("/v1/memories", "k-history", {"content": secret})).json()
+    kept = await keyed("/v1/memories", "k-kept", {"content": "unrelated"})
+    assert by_user.status_code == 201
+    await client.patch(f"/v1/memories/{history['id']}", json={"content": "rotated"})
+
+    assert (await client.delete(f"/v1/memories/{alone['id']}")).status_code == 204
+    assert (await client.delete("/v1/memories", params={"user_id": "gdpr"})).json() == {
+        "deleted": 2}
+    assert (await client.delete(f"/v1/memories/{history['id']}/history")).status_code == 200
+
+    for path, key, body in (("/v1/memories", "k-alone", {"content": secret}),
+                            ("/v1/memories/batch", "k-user", {"items": [
+                                {"content": secret, "user_id": "gdpr"},
+                                {"content": "other", "user_id": "gdpr"}]}),
+                            ("/v1/memories", "k-history", {"content": secret})):
+        retry = await keyed(path, key, body)
+        assert retry.status_code == 410, retry.text
+        assert retry.headers["content-type"] == PROBLEM_JSON
+        assert retry.headers[REPLAYED] == "true"
+        assert retry.json()["type"].endswith("/answer_erased")
+        assert secret not in retry.text
+    # Nothing was created again, and the answer naming nothing erased still replays.
+    assert await count_rows(resources, tenant.tenant_id) == 2
+    again = await keyed("/v1/memories", "k-kept", {"content": "unrelated"})
+    assert again.content == kept.content
+    async with resources.engine.connect() as conn:
+        stored = (await conn.execute(text(
+            "SELECT string_agg(response_body, ' ') FROM idempotency_keys "
+            "WHERE tenant_id = :t"), {"t": tenant.tenant_id})).scalar()
+    assert secret not in stored

@@ -245,7 +245,7 @@ async def test_a_turns_retry_across_the_upgrade_of_a_key_hashed_the_older_way_re
     assert (await get_json(client, f"/v1/sessions/{sid}"))["counts"]["turns"] == 1
 
 
-async def test_a_retry_after_the_session_was_deleted_is_replayed_and_creates_nothing(
+async def test_a_retry_after_the_session_was_deleted_is_410_and_creates_nothing(
     client: httpx.AsyncClient,
 ) -> None:
     sid = new_id()
@@ -256,12 +256,37 @@ async def test_a_retry_after_the_session_was_deleted_is_replayed_and_creates_not
 
     retry = await client.post(f"/v1/sessions/{sid}/turns", json=body, headers=headers)
 
-    assert (retry.status_code, retry.content) == (201, first.content)
+    # The answer, which quoted the turn, went with the session (since 2026-12-02; it was
+    # replayed whole).
+    assert retry.status_code == 410, first.text
     assert retry.headers["idempotent-replayed"] == "true"
     # Not begun again, empty, by the retry of a turn that was deleted with it.
     assert (await client.get(f"/v1/sessions/{sid}")).status_code == 404
     assert sid not in [s["session_id"] for s in
                        (await get_json(client, "/v1/sessions?user_id=u1"))["items"]]
+
+
+@pytest.mark.parametrize("erase", ["one", "of_user"])
+async def test_a_deleted_sessions_keyed_turn_is_not_served_back(
+    client: httpx.AsyncClient, erase: str,
+) -> None:
+    """A day-2 probe: after a user's sessions were deleted, a retry with a turn's key
+    served the turn's text back; now its answer is erased with the session (410), and the
+    retry creates nothing."""
+    sid = new_id()
+    headers = {"Idempotency-Key": f"turn-erase-{sid}"}
+    body = {"role": "user", "content": "my address is 12 Secret Lane", "user_id": "gdpr-s"}
+    assert (await client.post(f"/v1/sessions/{sid}/turns", json=body,
+                              headers=headers)).status_code == 201
+    deleted = (await client.delete(f"/v1/sessions/{sid}") if erase == "one" else
+               await client.delete("/v1/sessions", params={"user_id": "gdpr-s"}))
+    assert deleted.status_code in (200, 204), deleted.text
+
+    retry = await client.post(f"/v1/sessions/{sid}/turns", json=body, headers=headers)
+
+    assert retry.status_code == 410, retry.text
+    assert "Secret Lane" not in retry.text
+    assert (await client.get(f"/v1/sessions/{sid}")).status_code == 404
 
 
 async def test_truncation_shows_the_newest_turns_that_fit_the_budget(
