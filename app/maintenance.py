@@ -10,7 +10,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
-from app.consolidation.repository import purge_runs_finished_before
+from app.consolidation.repository import purge_idle_write_counts, purge_runs_finished_before
 from app.errors import log_failed_round
 from app.idempotency.repository import purge_older_than
 from app.memories.repository import purge_expired, purge_versions_replaced_before
@@ -23,6 +23,9 @@ from app.worker.queue import purge_queue_log
 log = logging.getLogger("engram.maintenance")
 
 INTERVAL_SECONDS = 3600.0
+# A scope not written for this long has its automatic consolidation count forgotten; a
+# write after it counts from 0 (its next run comes that many writes later).
+WRITE_COUNTS_KEPT = timedelta(days=30)
 
 
 async def every(seconds: float, job: Callable[[], Awaitable[int]], *, what: str, name: str,
@@ -55,6 +58,10 @@ def start_maintenance(resources: Resources) -> None:
     async def delete_expired() -> int:
         return await purge_expired(resources.engine)
 
+    async def forget_idle_write_counts() -> int:
+        return await purge_idle_write_counts(resources.engine,
+                                             datetime.now(UTC) - WRITE_COUNTS_KEPT)
+
     resources.background += [
         asyncio.create_task(every(INTERVAL_SECONDS, forget_keys, what="idempotency_keys",
                                   name="idempotency key purge",
@@ -62,6 +69,10 @@ def start_maintenance(resources: Resources) -> None:
         asyncio.create_task(every(settings.expired_purge_seconds, delete_expired,
                                   what="expired_memories", name="expired memory purge",
                                   done="deleted %d expired memories")),
+        asyncio.create_task(every(INTERVAL_SECONDS, forget_idle_write_counts,
+                                  what="scope_write_counters", name="write count purge",
+                                  done=f"forgot the write counts of %d scopes not written "
+                                       f"for {WRITE_COUNTS_KEPT.days} days")),
     ]
     if settings.history_retention_days > 0:
         kept = timedelta(days=settings.history_retention_days)

@@ -38,8 +38,9 @@ from sqlalchemy.orm import aliased
 
 from app.consolidation.schemas import ConsolidationRequest
 from app.consolidation.types import Entry, Partitioning, Scope
+from app.db import delete_in_batches
 from app.memories.repository import FAMILY_LOCKS, MemoryRepository, among, live, unarchive
-from app.models import ConsolidationRun, Memory, MemoryVersion
+from app.models import ConsolidationRun, Memory, MemoryVersion, ScopeWriteCounter
 from app.worker.queue import job_pending
 
 
@@ -656,3 +657,16 @@ async def purge_runs_finished_before(engine: AsyncEngine, cutoff: datetime,
         if row.seen < batch:
             return removed
         after_at, after_tenant, after_id = row.finished_at, row.tenant_id, row.id
+
+
+async def purge_idle_write_counts(engine: AsyncEngine, cutoff: datetime,
+                                  batch: int = 1000) -> int:
+    """Delete automatic consolidation's write counts of scopes not written since `cutoff`
+    (a maintenance job); how many. A count was kept for every scope ever written, a
+    conversation's session id or a user long erased by expiry among them: one row, its
+    ids in plain text, for ever (a day-2 probe). A scope written again counts from 0."""
+    idle = (select(ScopeWriteCounter.tenant_id, ScopeWriteCounter.scope_key)
+            .where(ScopeWriteCounter.updated_at < cutoff)
+            .limit(batch).with_for_update(skip_locked=True))
+    return await delete_in_batches(engine, delete(ScopeWriteCounter).where(
+        tuple_(ScopeWriteCounter.tenant_id, ScopeWriteCounter.scope_key).in_(idle)), batch)

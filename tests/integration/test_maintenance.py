@@ -17,8 +17,9 @@ import httpx
 import pytest
 from sqlalchemy import text
 
+from app.consolidation.repository import purge_idle_write_counts
 from app.idempotency.repository import purge_older_than
-from app.maintenance import every, start_maintenance
+from app.maintenance import WRITE_COUNTS_KEPT, every, start_maintenance
 from app.memories.repository import purge_expired
 from app.resources import Resources
 from app.search.term_stats import fold_term_stats
@@ -294,3 +295,28 @@ async def test_the_service_purges_the_queue_log_in_the_background(
         for task in own.background:
             task.cancel()
         await asyncio.gather(*own.background, return_exceptions=True)
+
+
+async def test_write_counts_of_scopes_not_written_for_a_month_are_forgotten(
+    resources: Resources, tenant: TenantKey,
+) -> None:
+    """Found by a day-2 probe: a count was kept for every scope ever written (a session id
+    per conversation, a user long gone by expiry), its ids in plain text, for ever."""
+    now = datetime.now(UTC)
+    async with resources.engine.begin() as conn:
+        for key, written_at in (('["old-user", null, "conv-1", null]', now - timedelta(days=31)),
+                                ('["old-user", null, "conv-2", null]', now - timedelta(days=40)),
+                                ('["new-user", null, null, null]', now - timedelta(days=29))):
+            await conn.execute(text(
+                "INSERT INTO scope_write_counters (tenant_id, scope_key, written, updated_at) "
+                "VALUES (:t, :k, 3, :at)"), {"t": tenant.tenant_id, "k": key, "at": written_at})
+
+    removed = await purge_idle_write_counts(resources.engine, now - WRITE_COUNTS_KEPT,
+                                            batch=1)
+
+    assert removed >= 2  # other tests' rows may be as old
+    async with resources.engine.connect() as conn:
+        left = (await conn.execute(text(
+            "SELECT scope_key FROM scope_write_counters WHERE tenant_id = :t"),
+            {"t": tenant.tenant_id})).scalars().all()
+    assert left == ['["new-user", null, null, null]']
