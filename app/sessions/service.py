@@ -22,6 +22,7 @@ from app.cursors import (
 from app.errors import FieldError, NotFound, ValidationFailed
 from app.idempotency.repository import erase_answers
 from app.idempotency.service import named_sessions
+from app.log_throttle import Throttle
 from app.sessions.context import estimate_tokens, fold_warning, strategy_in_force
 from app.sessions.folder import enqueue_fold
 from app.sessions.folding import FoldPolicy, backlog, overflow
@@ -44,6 +45,7 @@ from app.sessions.schemas import (
 from app.sessions.types import SessionState, SessionStrategy, TurnView
 
 log = logging.getLogger("engram.sessions")
+_REFUSED_TURN_LINES = Throttle()
 
 CONTEXT_MAX_TURNS = 1000
 """At most this many turns are read to build a context, whatever the budget."""
@@ -119,8 +121,12 @@ class SessionService:
             "fields": {e.field: getattr(body, e.field) for e in errors},
             "session": {"user_id": state.user_id, "agent_id": state.agent_id},
             "role": body.role})
-        log.warning("session %s: turn refused, %s", session_id,
-                    ", ".join(e.field for e in errors))
+        # The session's events record each; the log says it once per interval, since a
+        # misbehaving client repeats it (1,000 lines for 1,000 turns: a day-2 probe).
+        if (count := _REFUSED_TURN_LINES.due()) is not None:
+            log.warning("session %s: turn refused, %s (%d turn(s) refused for another "
+                        "identity since the last report)", session_id,
+                        ", ".join(e.field for e in errors), count)
         return IdentityRejected(errors)
 
     async def append(self, state: SessionState, body: TurnCreate) -> AppendedTurn:
