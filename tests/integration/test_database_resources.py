@@ -74,27 +74,22 @@ async def test_a_full_disk_is_503_database_disk_full_with_one_line_and_no_traceb
     assert "No space left on device" in lines[0]
 
 
-async def test_another_resource_is_503_database_out_of_resources_naming_it(
+@pytest.mark.parametrize(("state", "message", "code", "said", "retry_after"), [
+    ("53200", "out of memory", "database_out_of_resources", "out of memory", "30"),
+    # Up, but at its max_connections: it was database_unavailable, "could not be reached".
+    ("53300", "sorry, too many clients already", "database_busy", "max_connections", "1"),
+])
+async def test_another_resource_is_503_naming_it(
     client: httpx.AsyncClient, resources: Resources, tenant: TenantKey,
+    state: str, message: str, code: str, said: str, retry_after: str,
 ) -> None:
-    async with refusing(resources, tenant, "53200", "out of memory"):
-        answer = await client.post("/v1/memories", json={"content": "x", "user_id": "oom"})
+    async with refusing(resources, tenant, state, message):
+        answer = await client.post("/v1/memories", json={"content": "x", "user_id": state})
 
     problem = assert_problem(answer, 503)
-    assert problem["type"].endswith("/database_out_of_resources")
-    assert "out of memory" in problem["detail"]
-
-
-async def test_a_server_out_of_connection_slots_is_busy_not_unreachable(
-    client: httpx.AsyncClient, resources: Resources, tenant: TenantKey,
-) -> None:
-    async with refusing(resources, tenant, "53300", "sorry, too many clients already"):
-        answer = await client.post("/v1/memories", json={"content": "x", "user_id": "slots"})
-
-    problem = assert_problem(answer, 503)
-    assert problem["type"].endswith("/database_busy")
-    assert "max_connections" in problem["detail"]
-    assert answer.headers["retry-after"] == "1"
+    assert problem["type"].endswith(f"/{code}")
+    assert said in problem["detail"]
+    assert answer.headers["retry-after"] == retry_after
 
 
 async def test_a_database_error_for_a_record_is_its_drivers_first_line(
