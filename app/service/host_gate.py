@@ -9,7 +9,9 @@ host (`localhost`, a `*.localhost` name, a loopback address) or one of
 `ENGRAM_ALLOWED_HOSTS`; else it is 421. And a request a browser sends from a page of
 another site (its `Origin`), which needs no rebinding for a form's POST, is 403. With
 authentication on a key is needed, which a page cannot borrow, and names are checked only
-where `ENGRAM_ALLOWED_HOSTS` lists them.
+where `ENGRAM_ALLOWED_HOSTS` lists them; loopback names are served whatever the list (the
+image's HEALTHCHECK asks 127.0.0.1), and the probes and metrics (/healthz, /readyz,
+/metrics, which an orchestrator asks by the pod's address) under any name.
 
 Whatever the mode, an HTTP/1.1 request with no Host, or two, or one that is no host, is
 400 (RFC 9112 3.2).
@@ -27,6 +29,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from app.errors import AppError, app_error_response
 
 ANY = "*"
+PROBES = frozenset({"/healthz", "/readyz", "/metrics"})
 # A name or an address, and a port: RFC 9110 7.2's uri-host [ ":" port ], loosely.
 _HOST = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[^\s:/@\[\]?#]+)(:[0-9]{0,5})?")
 
@@ -69,8 +72,18 @@ class HostRule:
 
     def admits(self, host: str) -> bool:
         """`*` admits any name, and any page's request with it."""
-        return (ANY in self.allowed or host in self.allowed
-                or (self.loopback_only and is_loopback_name(host)))
+        return ANY in self.allowed or host in self.allowed or is_loopback_name(host)
+
+
+def origin_host(origin: str) -> str:
+    """An Origin's host as `host_name` gives a Host's ('' for `null` and the like)."""
+    try:
+        parts = urlsplit(origin)
+        name = parts.hostname or ""
+    except ValueError:
+        return ""
+    name = name.rstrip(".")
+    return f"[{name}]" if ":" in name else name
 
 
 def host_name(value: str) -> str | None:
@@ -98,6 +111,14 @@ class HostGateMiddleware:
     def refusal(self, scope: Scope) -> AppError | None:
         hosts = [value for name, value in scope["headers"] if name == b"host"]
         origins = [value for name, value in scope["headers"] if name == b"origin"]
+        if self.rule.loopback_only and origins:
+            origin = origins[0].decode("latin-1")
+            if not self.rule.admits(origin_host(origin)):
+                return CrossSiteRequest(
+                    f"with authentication off the service takes no request from a web "
+                    f"page of another site (Origin {origin!r}): any site could otherwise "
+                    "change its memories; turn authentication on, or list the page's host "
+                    "in ENGRAM_ALLOWED_HOSTS")
         if len(hosts) > 1:
             return BadHost("the request has more than one Host header")
         if not hosts:
@@ -107,7 +128,8 @@ class HostGateMiddleware:
         name = host_name(hosts[0].decode("latin-1"))
         if name is None:
             return BadHost(f"the Host header {hosts[0].decode('latin-1')!r} is not a host")
-        if self.rule.check_names and not self.rule.admits(name):
+        probe = not self.rule.loopback_only and scope["path"] in PROBES
+        if self.rule.check_names and not probe and not self.rule.admits(name):
             where = ("a loopback name or address (localhost, 127.0.0.1, [::1])"
                      if self.rule.loopback_only else "the names in ENGRAM_ALLOWED_HOSTS")
             return MisdirectedRequest(
@@ -116,12 +138,4 @@ class HostGateMiddleware:
                    "machine could otherwise use it); list the name in "
                    "ENGRAM_ALLOWED_HOSTS if clients reach it by that name"
                    if self.rule.loopback_only else ""))
-        if self.rule.loopback_only and origins:
-            origin = origins[0].decode("latin-1")
-            if not self.rule.admits(urlsplit(origin).hostname or ""):
-                return CrossSiteRequest(
-                    f"with authentication off the service takes no request from a web "
-                    f"page of another site (Origin {origin!r}): any site could otherwise "
-                    "change its memories; turn authentication on, or list the page's host "
-                    "in ENGRAM_ALLOWED_HOSTS")
         return None

@@ -21,8 +21,8 @@ write from a Java client), and a body that came in a later read as a bad request
 plain-text 400, the connection closed; uvicorn issue #2722). Set aside at its head, the
 request is fed again to a new parser with the offer left out (app/service/upgrade_offer.py).
 
-After the head, what a read holds beyond the body (a chunked body's framing and its
-trailer section) has the head's bound too: a trailer is built as a header is, and one of
+After the head, what stands between a chunked body's pieces and what follows its last
+(its trailer section) has the head's bound too: a trailer is built as a header is, and one of
 96 MiB after a 13-byte body held /healthz 9 s, with no key needed (an HTTP probe). The
 trailer's fields themselves are dropped (RFC 9110 6.5.1): uvicorn appended them to the
 headers the app had already been given.
@@ -30,8 +30,8 @@ headers the app had already been given.
 A few of RFC 9112's rules httptools leaves to its user are kept here: a field's value
 without the white space that ends it (an `Idempotency-Key: abc ` was refused, an
 `X-Request-ID: abc ` replaced), no `100 Continue` to an HTTP/1.0 client, and a target
-longer than httptools reads (64 KiB) or holding a byte HTTP does not allow there (a
-space, a character not ASCII) answered as such, not as a bare "not HTTP/1.1".
+longer than httptools reads (64 KiB) or holding a character that is not ASCII answered
+as such, not as a bare "not HTTP/1.1".
 """
 
 from __future__ import annotations
@@ -105,6 +105,10 @@ class BoundedHeadProtocol(HttpToolsProtocol):
 
     def on_body(self, body: bytes) -> None:
         self._body_bytes += len(body)
+        # Bounded is what stands between two pieces of the body (a chunk's size line)
+        # and what follows the last (the trailer section), not their sum: a 1.3 MB
+        # body streamed in small chunks had 1 MiB of framing in all (a re-probe).
+        self._framing_bytes = 0
         super().on_body(body)
 
     def on_headers_complete(self) -> None:

@@ -16,7 +16,14 @@ import pytest
 
 from app.main import create_app
 from app.resources import Resources
-from app.service.host_gate import HostRule, host_name, is_loopback_name
+from app.service.host_gate import (
+    CrossSiteRequest,
+    HostGateMiddleware,
+    HostRule,
+    host_name,
+    is_loopback_name,
+    origin_host,
+)
 from tests.conftest import answers, reconfigured
 from tests.integration.test_service_endpoints import assert_problem
 
@@ -97,12 +104,14 @@ async def test_with_auth_off_a_foreign_pages_request_is_403_and_changes_nothing(
     assert await count(auth_off, "gate-origin") == before
 
 
+@pytest.mark.parametrize("origin", ["http://localhost:3000", "http://localhost.:3000",
+                                    "http://[::1]:3000", "http://app.localhost"])
 async def test_with_auth_off_a_local_pages_request_is_served(
-    auth_off: httpx.AsyncClient,
+    auth_off: httpx.AsyncClient, origin: str,
 ) -> None:
     answer = await auth_off.post("/v1/memories", json={"content": "From a local tool.",
                                                        "user_id": "gate-local"},
-                                 headers={"Origin": "http://localhost:3000"})
+                                 headers={"Origin": origin})
     assert answer.status_code == 201, answer.text
 
 
@@ -134,9 +143,16 @@ async def test_with_auth_on_any_name_and_page_are_served_unless_names_are_listed
     async with client_of(resources, database_url, "http://engram.example.com",
                          allowed_hosts="engram.example.com") as c:
         assert (await c.get("/healthz")).status_code == 200
-        problem = assert_problem(await c.get("/healthz", headers={"Host": "other.example"}),
+        problem = assert_problem(await c.get("/v1/memories", headers={"Host": "other.example"}),
                                  421)
         assert "ENGRAM_ALLOWED_HOSTS" in problem["detail"]
+        # The probes and metrics under any name (an orchestrator asks by the pod's
+        # address), and everything by a loopback name (the image's HEALTHCHECK).
+        for path in ("/healthz", "/readyz", "/metrics"):
+            answer = await c.get(path, headers={"Host": "10.1.2.3:8080"})
+            assert answer.status_code == 200, (path, answer.text)
+        assert (await c.get("/openapi.json", headers={"Host": "127.0.0.1:8080"})
+                ).status_code == 200
 
 
 @pytest.mark.parametrize("host", ["a b", "x:abc", "user@host", "", "[::1"])
@@ -162,4 +178,21 @@ def test_host_names_and_the_rule_alone() -> None:
     listed = HostRule.of(auth_enabled=True, allowed_hosts=("Engram.Example.",))
     assert listed.check_names
     assert listed.admits("engram.example")
-    assert not listed.admits("localhost")  # with auth on, loopback is not implied
+    # Loopback is served whatever the list: the image's HEALTHCHECK asks 127.0.0.1 (a
+    # re-probe found it refused).
+    assert listed.admits("localhost")
+    assert listed.admits("127.0.0.1")
+    assert origin_host("http://localhost.:3000") == "localhost"
+    assert origin_host("http://[2001:DB8::1]:8080") == "[2001:db8::1]"
+    assert origin_host("null") == ""
+
+
+def test_an_http_1_0_request_without_a_host_is_still_checked_for_its_origin() -> None:
+    """A re-probe: a POST with a foreign Origin and no Host (HTTP/1.0) was served."""
+    gate = HostGateMiddleware(app=None,  # type: ignore[arg-type]
+                              rule=HostRule.of(auth_enabled=False, allowed_hosts=()))
+    scope = {"type": "http", "http_version": "1.0", "path": "/v1/memories",
+             "headers": [(b"origin", b"http://evil.example")]}
+
+    assert isinstance(gate.refusal(scope), CrossSiteRequest)
+    assert gate.refusal({**scope, "headers": []}) is None

@@ -377,7 +377,8 @@ def test_url_credentials_and_a_key_that_do_not_meet_are_taken(url: str, key: str
     Settings(openai_base_url=url, openai_api_key=key)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("value", ["engram.example:8080", "http://engram.example", "a b"])
+@pytest.mark.parametrize("value", ["engram.example:8080", "http://engram.example", "a b",
+                                   "*.example.com"])
 def test_allowed_hosts_are_names_without_ports_or_schemes(value: str) -> None:
     with pytest.raises(ValidationError) as caught:
         load(allowed_hosts=f"localhost, {value}")
