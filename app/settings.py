@@ -339,13 +339,19 @@ class Settings(BaseSettings):
         # not SQLAlchemy's traceback from inside the lifespan (or, out of range, a
         # "connection refused" that reads like a server down).
         try:
-            port = make_url(value).port
+            url = make_url(value)
         except (ArgumentError, ValueError):
             raise ValueError(
                 "is not a URL SQLAlchemy can read: after the host, the port must be one "
                 "number (a single host:port)") from None
-        if port is not None and not 1 <= port <= 65535:
-            raise ValueError(f"port {port} is out of range (1-65535)")
+        given = url.query.get("port")  # libpq's ?port=, beside a socket's ?host=
+        for port in (url.port, *([given] if isinstance(given, str) else given or ())):
+            if port is None:
+                continue
+            if not str(port).isdigit():
+                raise ValueError(f"port {str(port)!r} is not a number")
+            if not 1 <= int(port) <= 65535:
+                raise ValueError(f"port {port} is out of range (1-65535)")
         return value
 
     @field_validator("allowed_hosts")

@@ -109,17 +109,24 @@ async def _check_unrecorded(repo: EmbeddingSpaceRepository, embedder: Embedder) 
         return
     try:
         vectors = await embedder.embed([content for _, content in rows])
-    except Exception as exc:  # a provider down at start: recorded unchecked, as before
-        log.warning("could not check that the stored vectors are %s's (%s); recorded as "
-                    "its", embedder.vector_space, exc)
-        return
+    except Exception as exc:
+        # Recorded unchecked, the model would be taken as the vectors' for good, and the
+        # one that wrote them refused after (a re-probe, with the endpoint down): this
+        # start does not go on, and the next one checks again.
+        raise VectorSpaceMismatch(
+            f"the stored memories' vectors were written before their model was recorded, "
+            f"and checking that they are the configured embedder's "
+            f"({embedder.vector_space}) needs it to embed {len(rows)} of them again, "
+            f"which failed ({exc}); start again once it answers") from exc
     similarity = await repo.mean_similarity([row_id for row_id, _ in rows], vectors)
-    if similarity is not None and similarity < SAME_MODEL_SIMILARITY:
+    # NaN (a zero vector stored) is no match either.
+    if similarity is None or not similarity >= SAME_MODEL_SIMILARITY:
         raise VectorSpaceMismatch(
             f"the stored memories' vectors were written before their model was recorded, "
             f"and they are not the configured embedder's ({embedder.vector_space}): "
             f"embedded again, {len(rows)} of them came out at a mean similarity of "
-            f"{similarity:.2f} to what is stored. Configure the embedder the earlier "
+            f"{similarity if similarity is not None else float('nan'):.2f} to what is "
+            f"stored. Configure the embedder the earlier "
             f"version ran with, or run `python -m app reembed` to re-embed every memory "
             f"with this one")
 

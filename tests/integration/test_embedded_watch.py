@@ -201,6 +201,12 @@ def test_the_reason_is_the_last_fatal_or_panic_line_of_the_logs_end(tmp_path: Pa
     assert embedded_db.failure_reason(log) == (
         'PANIC:  could not write to file "pg_wal/xlogtemp.12": No space left on device')
     assert embedded_db.failure_reason(tmp_path / "none") is None
+    # Only what this start wrote: an earlier start's reason is not this one's (a re-probe).
+    written = log.stat().st_size
+    with log.open("a") as more:
+        more.write("LOG:  starting again\n")
+    assert embedded_db.failure_reason(log, since=written) is None
+    assert embedded_db.failure_reason(log, since=written + 10**6) is not None  # replaced
 
 
 def test_a_lock_file_that_cannot_be_read_is_not_taken_for_a_stopped_server(

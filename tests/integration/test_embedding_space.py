@@ -158,6 +158,24 @@ async def test_vectors_stored_before_any_record_are_checked_against_the_configur
     assert (await space_row(own_db))[:3] == (HASH, None, None)
 
 
+async def test_vectors_of_no_recorded_model_are_not_recorded_unchecked(
+        own_db: Resources) -> None:
+    """A re-probe: with the embedder down at that first start the model was recorded
+    unchecked, for good, and the one that wrote the vectors refused after."""
+    await store(own_db, "Alice prefers green tea.")
+    async with own_db.engine.begin() as conn:
+        await conn.execute(text("DELETE FROM embedding_space"))
+
+    with pytest.raises(VectorSpaceMismatch) as refused:
+        await check_on_start(own_db.engine, OtherModel(fail_on=1))
+
+    assert "start again once it answers" in str(refused.value)
+    async with own_db.engine.connect() as conn:
+        assert (await conn.execute(text("SELECT count(*) FROM embedding_space"))).scalar() == 0
+    await check_on_start(own_db.engine, own_db.embedder)
+    assert (await space_row(own_db))[0] == HASH
+
+
 async def test_another_model_is_refused_while_memories_hold_vectors(own_db: Resources) -> None:
     await check_on_start(own_db.engine, own_db.embedder)
     await store(own_db, "The boiler was serviced in March")

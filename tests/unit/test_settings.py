@@ -227,6 +227,9 @@ def test_a_non_postgres_database_url_is_refused() -> None:
         # "Connection refused" at start, before: read as a server down.
         ("postgresql://u:hunter2@db:99999/engram", "port 99999 is out of range"),
         ("postgresql://u:hunter2@db:0/engram", "port 0 is out of range"),
+        # libpq's ?port= beside a socket's ?host= (a re-probe).
+        ("postgresql://u:hunter2@/engram?host=/tmp&port=abc", "port 'abc' is not a number"),
+        ("postgresql://u:hunter2@/engram?host=/tmp&port=99999", "port 99999 is out of range"),
     ],
 )
 def test_a_database_url_with_a_bad_port_is_one_line_at_start(url: str, said: str) -> None:
@@ -244,6 +247,7 @@ def test_a_database_url_with_a_bad_port_is_one_line_at_start(url: str, said: str
     "postgresql://u@/engram?host=/var/run/postgresql",
     "postgresql://u:p%40ss@db:65535/engram?sslmode=require",
     "postgres://db/engram",
+    "postgresql://u@/engram?host=/var/run/postgresql&port=5433",
 ])
 def test_database_urls_without_a_port_or_with_a_good_one_are_taken(url: str) -> None:
     assert load(database_url=url).database_url == url
