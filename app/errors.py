@@ -379,10 +379,22 @@ DATABASE_FAILURES: tuple[type[Exception], ...] = (
 # SQLSTATE class 08, the connection's own failures.
 _UNAVAILABLE_STATES = frozenset({"57P01", "57P02", "57P03", "53300"})
 _TOO_MANY_CONNECTIONS = "53300"
-# Under a flood of requests failing alike, one line per interval for each kind.
-_UNREACHABLE_LINES = Throttle()
-_BUSY_LINES = Throttle()
-_RESOURCE_LINES = Throttle()
+# Under a flood of requests failing alike, one line per interval for each kind (a
+# SQLSTATE of class 53 each), what it held back said at its end; each request at DEBUG.
+_UNREACHABLE_LINES = Throttle(flush=lambda count: log.warning(
+    "database unreachable: %d more request(s) answered 503 since the last report", count))
+_BUSY_LINES = Throttle(flush=lambda count: log.warning(
+    "the database has no connection slot free: %d more request(s) answered 503 since the "
+    "last report", count))
+_RESOURCE_LINES: dict[str, Throttle] = {}
+
+
+def _resource_lines(state: str) -> Throttle:
+    if state not in _RESOURCE_LINES:
+        _RESOURCE_LINES[state] = Throttle(flush=lambda count: log.warning(
+            "the database is out of resources (SQLSTATE %s): %d more request(s) answered "
+            "503 since the last report", state, count))
+    return _RESOURCE_LINES[state]
 
 
 def out_of_resources(exc: BaseException) -> DatabaseOutOfResources | None:
@@ -477,6 +489,9 @@ async def unexpected_problem(request: Request, exc: Exception) -> JSONResponse:
             log.warning("the database has no connection slot free: %d request(s) answered "
                         "503 since the last report, the last %s %s (%s)", count,
                         request.method, request.url.path, _pg_message(exc))
+        else:
+            log.debug("no database connection slot free during %s %s", request.method,
+                      request.url.path)
         return app_error_response(DatabaseBusy(
             "the database has no connection free for another client (its max_connections)"
             "; retry later"))
@@ -485,15 +500,21 @@ async def unexpected_problem(request: Request, exc: Exception) -> JSONResponse:
             log.warning("database unreachable: %d request(s) answered 503 since the last "
                         "report, the last %s %s: %s", count, request.method,
                         request.url.path, describe(exc))
+        else:
+            log.debug("database unreachable during %s %s: %s", request.method,
+                      request.url.path, describe(exc))
         return app_error_response(DatabaseUnavailable(
             "the database could not be reached; retry later"))
     full = out_of_resources(exc)
     if full is not None:
         # A traceback a request, on the disk that is full, made it fuller (a probe).
-        if (count := _RESOURCE_LINES.due()) is not None:
+        if (count := _resource_lines(str(sqlstate(exc))).due()) is not None:
             log.warning("the database is out of resources: %d request(s) answered 503 "
                         "since the last report, the last %s %s: %s", count,
                         request.method, request.url.path, _pg_message(exc))
+        else:
+            log.debug("the database is out of resources during %s %s: %s", request.method,
+                      request.url.path, _pg_message(exc))
         return app_error_response(full)
     if _collided(exc):
         log.warning("database collision during %s %s: %s", request.method,

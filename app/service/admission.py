@@ -48,7 +48,8 @@ class AdmissionMiddleware:
         self.limit = limit
         self.wait_seconds = wait_seconds
         self._slots = asyncio.Semaphore(limit) if limit > 0 else None
-        self._shed_throttle = Throttle()
+        self._shed_throttle = Throttle(flush=lambda count: log.warning(
+            "overloaded: %d more request(s) answered 503 since the last report", count))
         self.in_flight = 0
         self.queued = 0
         # Read at the scrape, so an admitted request pays no metric's lock.

@@ -66,7 +66,10 @@ _TOO_LARGE = (431, "Request Header Fields Too Large", "request_header_fields_too
 
 
 class BoundedHeadProtocol(HttpToolsProtocol):
-    _refusals = Throttle()  # one for the process, as the protocol is one per connection
+    # One for the process, as the protocol is one per connection.
+    _refusals = Throttle(flush=lambda count: log.warning(
+        "%d more request(s) with a head past %d KiB answered 431 and closed since the last "
+        "report", count, MAX_HEAD_BYTES // 1024))
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -45,7 +45,8 @@ from app.sessions.schemas import (
 from app.sessions.types import SessionState, SessionStrategy, TurnView
 
 log = logging.getLogger("engram.sessions")
-_REFUSED_TURN_LINES = Throttle()
+_REFUSED_TURN_LINES = Throttle(flush=lambda count: log.warning(
+    "%d more turn(s) refused for another identity since the last report", count))
 
 CONTEXT_MAX_TURNS = 1000
 """At most this many turns are read to build a context, whatever the budget."""

@@ -18,7 +18,6 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from app import errors
-from app.log_throttle import Throttle
 from app.resources import Resources
 from tests.conftest import TenantKey, count_memories
 from tests.integration.test_service_endpoints import assert_problem
@@ -52,7 +51,7 @@ async def test_a_full_disk_is_503_database_disk_full_with_one_line_and_no_traceb
     client: httpx.AsyncClient, resources: Resources, tenant: TenantKey,
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(errors, "_RESOURCE_LINES", Throttle())  # none logged yet
+    monkeypatch.setattr(errors, "_RESOURCE_LINES", {})  # none logged yet
     caplog.set_level(logging.WARNING)
     async with refusing(resources, tenant, "53100", DISK_FULL):
         answers = [await client.post("/v1/memories", json={"content": f"Note {i}.",
