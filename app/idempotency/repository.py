@@ -46,7 +46,7 @@ class IdempotencyRepository:
             update(IdempotencyRecord)
             .where(IdempotencyRecord.tenant_id == self.tenant_id, IdempotencyRecord.key == key)
             .values(operation=operation, request_hash=request_hash, status_code=None,
-                    response_body=None, created_at=func.now())
+                    response_body=None, names=[], created_at=func.now())
         )
 
     async def complete(self, key: str, status_code: int, body: str,
