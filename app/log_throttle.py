@@ -9,10 +9,14 @@ three failed requests and then quiet had left two of them unsaid for good (a re-
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
+import weakref
 from collections.abc import Callable
 
 EVERY_SECONDS = 10.0
+# Every throttle with a flush, for `flush_all` at shutdown.
+_FLUSHED: weakref.WeakSet[Throttle] = weakref.WeakSet()
 
 
 class Throttle:
@@ -26,6 +30,8 @@ class Throttle:
         self._unlogged = 0
         self._flushing: asyncio.TimerHandle | None = None
         self._flush_loop: asyncio.AbstractEventLoop | None = None
+        if flush is not None:
+            _FLUSHED.add(self)
 
     def due(self) -> int | None:
         """Count one; the count since the last line (this one included) if a line is due
@@ -47,10 +53,23 @@ class Throttle:
             return
         if self._flushing is not None and self._flush_loop is loop:
             return  # one is due already (one set on a loop since closed never runs)
-        self._flushing, self._flush_loop = loop.call_later(seconds, self._flush_now), loop
+        # In a context of its own: the request that set it is long over when it runs,
+        # and its line carried that request's id (a re-probe).
+        self._flushing = loop.call_later(seconds, self._flush_now,
+                                         context=contextvars.Context())
+        self._flush_loop = loop
 
     def _flush_now(self) -> None:
+        if self._flushing is not None:
+            self._flushing.cancel()
         self._flushing = None
         if self._unlogged and self._flush is not None:
             count, self._unlogged, self._logged_at = self._unlogged, 0, time.monotonic()
             self._flush(count)
+
+
+def flush_all() -> None:
+    """Say what every throttle holds back now: at shutdown, whose interval would not end
+    (an outage's failures before a restart went unsaid; a re-probe)."""
+    for throttle in list(_FLUSHED):
+        throttle._flush_now()

@@ -17,6 +17,7 @@ from app.deps import check_params
 from app.embedded_db import keep_running
 from app.errors import Problem, install_error_handlers
 from app.failure import OPERATIONAL, describe
+from app.log_throttle import flush_all
 from app.maintenance import start_maintenance
 from app.memories.router import router as memories_router
 from app.resources import Resources, build_resources
@@ -136,6 +137,7 @@ def create_app(settings: Settings | None = None, resources: Resources | None = N
                 stopping.cancel()
                 await background.stop()
             await opened.close()
+            flush_all()  # what the throttled lines held back, before the process goes
 
     app = FastAPI(title="Engram", version="0.1.0", description=API_DESCRIPTION,
                   lifespan=lifespan)

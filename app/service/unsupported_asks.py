@@ -41,12 +41,19 @@ class PreconditionFailed(AppError):
 
 
 def refusal(headers: list[tuple[bytes, bytes]]) -> AppError | None:
-    """What of the request's head asks for what the service does not do, if anything."""
+    """What of the request's head asks for what the service does not do, if anything. A
+    body's coding and format only where there is a body: a client sending a compression
+    header with every request had its reads refused (a re-probe)."""
+    has_body = any(name == b"transfer-encoding" or (name == b"content-length"
+                                                    and raw.strip() not in (b"", b"0"))
+                   for name, raw in headers)
     for name, raw in headers:
         if name not in (b"content-encoding", b"transfer-encoding", b"content-type",
                         b"if-match"):
             continue
         value = raw.decode("latin-1").strip()
+        if not value or (not has_body and name in (b"content-encoding", b"content-type")):
+            continue
         if name == b"content-encoding":
             codings = [c.strip().lower() for c in value.split(",") if c.strip()]
             if any(c != "identity" for c in codings):
