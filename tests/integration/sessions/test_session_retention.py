@@ -122,8 +122,8 @@ async def test_the_service_deletes_idle_sessions_in_the_background_only_with_ret
     for task in off.background:
         task.cancel()
     await asyncio.gather(*off.background, return_exceptions=True)
-    # Keys, expired memories, the job queue's log and consolidation runs only.
-    assert len(off.background) == 4
+    # Keys, expired memories, write counts, the job queue's log and consolidation runs only.
+    assert len(off.background) == 5
     assert await rows(resources, tenant, sid) == (1, 2, 0)
 
     counted = sample("engram_maintenance_deleted_total", what="idle_sessions")
@@ -139,7 +139,7 @@ async def test_the_service_deletes_idle_sessions_in_the_background_only_with_ret
         for task in on.background:
             task.cancel()
         await asyncio.gather(*on.background, return_exceptions=True)
-    assert len(on.background) == 5
+    assert len(on.background) == 6
     assert sample("engram_maintenance_deleted_total", what="idle_sessions") >= counted + 1
 
 
