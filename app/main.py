@@ -201,6 +201,13 @@ STATUS_HEADERS: dict[str, dict[str, dict[str, object]]] = {
         **RETRY_AFTER, "required": False,
         "description": "Whole seconds to wait before retrying, when retrying is safe and "
                        "helps (not with `outcome_unknown`)."}},
+    "415": {
+        "Accept-Encoding": {
+            "description": "`identity`, with a body sent in a content coding: the one read.",
+            "schema": {"type": "string"}, "required": False},
+        "Accept-Patch": {
+            "description": "`application/json`, with a patch document of another format.",
+            "schema": {"type": "string"}, "required": False}},
 }
 
 
@@ -237,7 +244,8 @@ def _declare_problem_schema(app: FastAPI) -> None:
                         headers = response.setdefault("headers", {})
                         headers["X-Request-ID"] = {"$ref": "#/components/headers/X-Request-ID"}
                         headers.update(STATUS_HEADERS.get(str(status), {}))
-                        if keyed and str(status).startswith("2"):
+                        # 410: the stored answer of a key whose answer was erased.
+                        if keyed and (str(status).startswith("2") or str(status) == "410"):
                             headers["Idempotent-Replayed"] = {
                                 "$ref": "#/components/headers/Idempotent-Replayed"}
             name_tagged_unions(schemas)

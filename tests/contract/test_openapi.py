@@ -342,8 +342,13 @@ async def test_a_keyed_operations_success_declares_the_replay_header(
         (operation_id, status) for operation_id, (_, _, op) in operations(document).items()
         for status, resp in op["responses"].items()
         if "Idempotent-Replayed" in resp.get("headers", {}))
-    assert declared == [("appendTurn", "201"), ("createMemories", "201"),
-                        ("createMemory", "201")]
+    # And on the 410 a key whose stored answer was erased gets, which is a replay too.
+    assert declared == [("appendTurn", "201"), ("appendTurn", "410"),
+                        ("createMemories", "201"), ("createMemories", "410"),
+                        ("createMemory", "201"), ("createMemory", "410")]
+    for _, _, op in operations(document).values():
+        if "415" in op["responses"]:
+            assert {"Accept-Encoding", "Accept-Patch"} <= set(op["responses"]["415"]["headers"])
     first = await client.post("/v1/memories", json={"content": "x"},
                               headers={"Idempotency-Key": "replayed-1"})
     again = await client.post("/v1/memories", json={"content": "x"},
