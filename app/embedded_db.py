@@ -176,7 +176,7 @@ class EmbeddedPostgres:
         running, where it had been taken for stopped, and a restart tried and counted
         failed while the server ran on (a probe with `ulimit -n 64`)."""
         try:
-            pid = _pid_in(_read_lock(self.pgdata / "postmaster.pid"))
+            pid = _pid_in(_read_line(self.pgdata / "postmaster.pid", 0))
         except OSError as exc:
             if (count := _UNREADABLE_LOCK_LINES.due()) is not None:
                 log.warning("could not read the embedded PostgreSQL's postmaster.pid (%s), "
@@ -218,21 +218,21 @@ def _pid_in(first: str | None) -> int | None:
     return int(first) if first is not None and first.isdigit() else None
 
 
-def _read_lock(lock_file: Path) -> str | None:
-    """A lock file's first line; None with no file. Other errors raise."""
+def _read_line(lock_file: Path, index: int) -> str | None:
+    """A lock file's line; None with no file (or no such line). Other errors raise."""
     try:
         lines = lock_file.read_text().split("\n")
     except FileNotFoundError:
         return None
-    return lines[0].strip() or None
+    return (lines[index].strip() or None) if index < len(lines) else None
 
 
 def _lock_line(lock_file: Path, index: int) -> str | None:
+    """A lock file's line; None when it cannot be read either."""
     try:
-        lines = lock_file.read_text().split("\n")
+        return _read_line(lock_file, index)
     except OSError:
         return None
-    return (lines[index].strip() or None) if index < len(lines) else None
 
 
 def _runs_here(pid: int, pgdata: Path) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import asyncpg
@@ -49,10 +49,12 @@ class AppError(Exception):
     title: str = "Internal error"
     retry_after: int | None = None  # seconds, sent as Retry-After
 
-    def __init__(self, detail: str, *, errors: Sequence[FieldError] | None = None) -> None:
+    def __init__(self, detail: str, *, errors: Sequence[FieldError] | None = None,
+                 headers: Mapping[str, str] | None = None) -> None:
         super().__init__(detail)
         self.detail = detail
         self.errors = list(errors) if errors is not None else None
+        self.headers = dict(headers or {})  # sent besides the ones the status implies
 
 
 class NotFound(AppError):
@@ -260,6 +262,7 @@ def app_error_response(exc: AppError) -> JSONResponse:
     headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
     if exc.retry_after is not None:
         headers["Retry-After"] = str(exc.retry_after)
+    headers.update(exc.headers)
     return problem_response(exc.status, exc.code, exc.title, exc.detail, exc.errors,
                             headers or None)
 

@@ -194,6 +194,26 @@ async def bounded(resources: Resources, database_url: str) -> AsyncIterator[Reso
         yield res
 
 
+@asynccontextmanager
+async def failing_trigger(resources: Resources, name: str, event: str, when: str,
+                          raise_sql: str) -> AsyncIterator[None]:
+    """A row trigger on `memories` that runs `raise_sql` (a plpgsql RAISE) `event` each
+    row matching `when`, as a real database failure would strike there; dropped after."""
+    async with resources.engine.begin() as conn:
+        await conn.execute(text(f"""
+            CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN {raise_sql}; END $$"""))
+        await conn.execute(text(f"""
+            CREATE TRIGGER {name} {event} ON memories FOR EACH ROW
+            WHEN ({when}) EXECUTE FUNCTION {name}()"""))
+    try:
+        yield
+    finally:
+        async with resources.engine.begin() as conn:
+            await conn.execute(text(f"DROP TRIGGER {name} ON memories"))
+            await conn.execute(text(f"DROP FUNCTION {name}()"))
+
+
 async def count_memories(resources: Resources, tenant: TenantKey) -> int:
     """The tenant's memories, archived and expired ones included."""
     async with resources.engine.connect() as conn:

@@ -63,13 +63,13 @@ class HostRule:
     """The names a request may address, and whether a foreign page's request is refused."""
 
     allowed: frozenset[str]  # lower case, without ports; empty: loopback names only
-    loopback_only: bool  # with authentication off
+    auth_off: bool  # loopback names only, and no foreign page's request
     check_names: bool
 
     @classmethod
     def of(cls, *, auth_enabled: bool, allowed_hosts: tuple[str, ...]) -> HostRule:
         allowed = frozenset(h.lower().rstrip(".") for h in allowed_hosts)
-        return cls(allowed=allowed, loopback_only=not auth_enabled,
+        return cls(allowed=allowed, auth_off=not auth_enabled,
                    check_names=not auth_enabled or bool(allowed))
 
     def admits(self, host: str) -> bool:
@@ -114,7 +114,7 @@ class HostGateMiddleware:
     def refusal(self, scope: Scope) -> AppError | None:
         hosts = [value for name, value in scope["headers"] if name == b"host"]
         origins = [value for name, value in scope["headers"] if name == b"origin"]
-        if self.rule.loopback_only and origins:
+        if self.rule.auth_off and origins:
             origin = origins[0].decode("latin-1")
             if not self.rule.admits(origin_host(origin)):
                 return CrossSiteRequest(
@@ -131,14 +131,14 @@ class HostGateMiddleware:
         name = host_name(hosts[0].decode("latin-1"))
         if name is None:
             return BadHost(f"the Host header {hosts[0].decode('latin-1')!r} is not a host")
-        probe = not self.rule.loopback_only and scope["path"] in PROBES
+        probe = not self.rule.auth_off and scope["path"] in PROBES
         if self.rule.check_names and not probe and not self.rule.admits(name):
             where = ("a loopback name or address (localhost, 127.0.0.1, [::1])"
-                     if self.rule.loopback_only else "the names in ENGRAM_ALLOWED_HOSTS")
+                     if self.rule.auth_off else "the names in ENGRAM_ALLOWED_HOSTS")
             return MisdirectedRequest(
                 f"this service answers to {where}, not to {name!r}"
                 + (", since its authentication is off (a page whose name points at this "
                    "machine could otherwise use it); list the name in "
                    "ENGRAM_ALLOWED_HOSTS if clients reach it by that name"
-                   if self.rule.loopback_only else ""))
+                   if self.rule.auth_off else ""))
         return None

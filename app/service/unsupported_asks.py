@@ -27,10 +27,6 @@ _PATCH_FORMATS = frozenset({"application/merge-patch+json", "application/json-pa
 class UnsupportedMediaType(AppError):
     status, code, title = 415, "unsupported_media_type", "Unsupported media type"
 
-    def __init__(self, detail: str, *, headers: dict[str, str]) -> None:
-        super().__init__(detail)
-        self.headers = headers
-
 
 class NotImplementedCoding(AppError):
     status, code, title = 501, "not_implemented", "Not implemented"
@@ -90,8 +86,6 @@ class UnsupportedAsksMiddleware:
         if scope["type"] == "http" and scope["path"].startswith(API_PREFIX):
             refused = refusal(scope["headers"])
             if refused is not None:
-                response = app_error_response(refused)
-                response.headers.update(getattr(refused, "headers", {}))
-                await response(scope, receive, send)
+                await app_error_response(refused)(scope, receive, send)
                 return
         await self.app(scope, receive, send)

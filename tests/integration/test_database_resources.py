@@ -19,7 +19,7 @@ from sqlalchemy.exc import DBAPIError
 
 from app import errors
 from app.resources import Resources
-from tests.conftest import TenantKey, count_memories
+from tests.conftest import TenantKey, count_memories, failing_trigger
 from tests.integration.test_service_endpoints import assert_problem
 
 
@@ -28,20 +28,11 @@ async def refusing(resources: Resources, tenant: TenantKey, state: str,
                    message: str) -> AsyncIterator[None]:
     """A trigger that fails this tenant's inserts of memories as the server does when a
     resource is out: the same SQLSTATE, the same kind of words."""
-    name = f"refuse_{state}_{tenant.tenant_id.hex}"
-    async with resources.engine.begin() as conn:
-        await conn.execute(text(f"""
-            CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN RAISE EXCEPTION '{message}' USING ERRCODE = '{state}'; END $$"""))
-        await conn.execute(text(f"""
-            CREATE TRIGGER {name} BEFORE INSERT ON memories FOR EACH ROW
-            WHEN (NEW.tenant_id = '{tenant.tenant_id}') EXECUTE FUNCTION {name}()"""))
-    try:
+    async with failing_trigger(
+            resources, f"refuse_{state}_{tenant.tenant_id.hex}", "BEFORE INSERT",
+            f"NEW.tenant_id = '{tenant.tenant_id}'",
+            f"RAISE EXCEPTION '{message}' USING ERRCODE = '{state}'"):
         yield
-    finally:
-        async with resources.engine.begin() as conn:
-            await conn.execute(text(f"DROP TRIGGER {name} ON memories"))
-            await conn.execute(text(f"DROP FUNCTION {name}()"))
 
 
 DISK_FULL = 'could not extend file "base/16384/16770": No space left on device'

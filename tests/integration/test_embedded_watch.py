@@ -215,10 +215,10 @@ def test_a_lock_file_that_cannot_be_read_is_not_taken_for_a_stopped_server(
 ) -> None:
     """Out of file descriptors the lock file's read failed, and the watch took the running
     server for stopped: it tried a restart, failed and counted it (a probe, `ulimit -n`)."""
-    def no_descriptors(_: Path) -> str:
+    def no_descriptors(_: Path, __: int) -> str:
         raise OSError(24, "Too many open files")
 
-    monkeypatch.setattr(embedded_db, "_read_lock", no_descriptors)
+    monkeypatch.setattr(embedded_db, "_read_line", no_descriptors)
     monkeypatch.setattr(embedded_db, "_UNREADABLE_LOCK_LINES", embedded_db.Throttle())
 
     assert embedded_pg.is_running()

@@ -6,11 +6,10 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from sqlalchemy import text
 
 from app.providers.llm import ChatCompletionsClient
 from app.resources import Resources
-from tests.conftest import TenantKey, make_client
+from tests.conftest import TenantKey, failing_trigger, make_client
 from tests.fakes.llm_server import Behaviour, Fail, FakeLLMServer, Garbage, Hang, Reply
 from tests.integration.consolidation.conftest import (
     consolidate,
@@ -26,22 +25,12 @@ from tests.integration.consolidation.conftest import (
 async def archive_breaker(resources: Resources, tenant: TenantKey) -> AsyncIterator[None]:
     """A trigger that fails any archiving UPDATE of this tenant's memories: the error
     strikes after the group's summary insert and before its sources are archived."""
-    name = f"break_archive_{tenant.tenant_id.hex}"
-    async with resources.engine.begin() as conn:
-        await conn.execute(text(f"""
-            CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN RAISE EXCEPTION 'injected failure while archiving'; END $$"""))
-        await conn.execute(text(f"""
-            CREATE TRIGGER {name} BEFORE UPDATE OF archived_at ON memories FOR EACH ROW
-            WHEN (OLD.archived_at IS NULL AND NEW.archived_at IS NOT NULL
-                  AND NEW.tenant_id = '{tenant.tenant_id}')
-            EXECUTE FUNCTION {name}()"""))
-    try:
+    async with failing_trigger(
+            resources, f"break_archive_{tenant.tenant_id.hex}", "BEFORE UPDATE OF archived_at",
+            "OLD.archived_at IS NULL AND NEW.archived_at IS NOT NULL "
+            f"AND NEW.tenant_id = '{tenant.tenant_id}'",
+            "RAISE EXCEPTION 'injected failure while archiving'"):
         yield
-    finally:
-        async with resources.engine.begin() as conn:
-            await conn.execute(text(f"DROP TRIGGER {name} ON memories"))
-            await conn.execute(text(f"DROP FUNCTION {name}()"))
 
 
 @pytest.mark.usefixtures("archive_breaker")
