@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from fastapi import Request
-from sqlalchemy import Delete, event
+from sqlalchemy import Delete, Row, event
 from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
     create_async_engine,
 )
+from sqlalchemy.sql.dml import ReturningDelete
 
 from app import db_tcp, db_timeout, db_url
 from app.errors import COMMIT_CUT, answer_lost, commit_unanswered
@@ -94,14 +96,26 @@ def asyncpg_dsn(engine: AsyncEngine) -> str:
     return db_url.dsn(engine.url)
 
 
-async def delete_in_batches(engine: AsyncEngine, stmt: Delete, batch: int) -> int:
+Deleted = Callable[[AsyncConnection, "Sequence[Row[*tuple[Any, ...]]]"], Awaitable[object]]
+"""What must go with a batch's deleted rows (its RETURNING), in their transaction."""
+
+
+async def delete_in_batches(engine: AsyncEngine,
+                            stmt: Delete | ReturningDelete[*tuple[Any, ...]], batch: int,
+                            then: Deleted | None = None) -> int:
     """Run `stmt`, a DELETE of at most `batch` rows, one transaction at a time until a
     round deletes fewer; how many rows in all. For the maintenance purges: no round holds
-    many locks for long."""
+    many locks for long. With `then`, `stmt` returns what `then` needs of the rows."""
     total = 0
     while True:
         async with engine.begin() as conn:
-            removed = int((await conn.execute(stmt)).rowcount or 0)
+            result = await conn.execute(stmt)
+            if then is None:
+                removed = int(result.rowcount or 0)
+            else:
+                rows = result.all()
+                removed = len(rows)
+                await then(conn, rows)
         total += removed
         if removed < batch:
             return total

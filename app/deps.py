@@ -164,9 +164,9 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         408: "The request body did not arrive in time (`request_timeout`; "
              "ENGRAM_REQUEST_BODY_TIMEOUT_SECONDS, 60 s by default); nothing was changed",
         409: "Conflict",
-        410: "The key's request was done, and what its answer named was since deleted or "
-             "its history erased (`answer_erased`): the answer was erased with it, and "
-             "nothing was done again",
+        410: "The key's request was done, and what its answer named was since deleted, "
+             "expired and purged, or its history erased or let go (`answer_erased`): the "
+             "answer was erased with it, and nothing was done again",
         412: "`If-Match` names an entity tag (`precondition_failed`): the service gives "
              "none, so none can hold; nothing was changed (`If-Match: *` goes on)",
         413: "The request body is larger than the service reads (`payload_too_large`): "

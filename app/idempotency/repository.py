@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import delete, func, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from app.db import Fetcher, delete_in_batches
 from app.errors import PROBLEM_BASE
@@ -58,6 +58,16 @@ class IdempotencyRepository:
         )
 
 
+def named_memories(ids: Iterable[object]) -> list[str]:
+    """What a stored answer holding these memories names (migration 0034)."""
+    return [f"memory:{memory_id}" for memory_id in ids]
+
+
+def named_sessions(ids: Iterable[str]) -> list[str]:
+    """What a stored answer holding turns of these sessions names (migration 0034)."""
+    return [f"session:{session_id}" for session_id in ids]
+
+
 ERASED_STATUS = 410
 ERASED_ANSWER = json.dumps({
     "type": PROBLEM_BASE + "answer_erased", "title": "Answer erased", "status": ERASED_STATUS,
@@ -66,7 +76,7 @@ ERASED_ANSWER = json.dumps({
               "was done again"}, separators=(",", ":"))
 
 
-async def erase_answers(session: AsyncSession, tenant_id: uuid.UUID,
+async def erase_answers(session: AsyncSession | AsyncConnection, tenant_id: uuid.UUID,
                         names: Sequence[str]) -> int:
     """Replace the stored answers naming any of `names` with a 410 that quotes nothing,
     in the caller's transaction; how many. The key stays, so a retry is still not done

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeGuard
@@ -44,16 +44,6 @@ def earlier_body(body: BaseModel) -> dict[str, Any]:
     (Labels are composed now, as they were not before 0033: a retry of one sent
     decomposed still meets a 409.)"""
     return body.model_dump(mode="json", exclude_unset=True)
-
-
-def named_memories(ids: Iterable[object]) -> list[str]:
-    """What a stored answer holding these memories names (migration 0034)."""
-    return [f"memory:{memory_id}" for memory_id in ids]
-
-
-def named_sessions(ids: Iterable[str]) -> list[str]:
-    """What a stored answer holding turns of these sessions names (migration 0034)."""
-    return [f"session:{session_id}" for session_id in ids]
 
 
 def request_hash(operation: str, body: Any) -> bytes:

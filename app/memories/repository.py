@@ -16,6 +16,7 @@ from sqlalchemy import (
     ColumnElement,
     CursorResult,
     Result,
+    Row,
     Select,
     Table,
     Text,
@@ -39,11 +40,12 @@ from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.dialects.postgresql import array
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlalchemy.orm import aliased
 
 from app.db import Fetcher, delete_in_batches, jsonb
 from app.errors import LOCK_NOT_AVAILABLE, sqlstate
+from app.idempotency.repository import erase_answers, named_memories
 from app.memories.summary_labels import Labels
 from app.models import SCOPE_COLUMNS, Memory, MemoryVersion
 from app.models.vector import vector_text
@@ -262,19 +264,23 @@ class MemoryRepository:
                 p["embedding"] = text
         await self.session.execute(insert(_TABLE).returning(_TABLE.c.id), params)
 
-    async def update(self, memory_id: uuid.UUID, values: dict[str, Any]) -> dict[str, Any] | None:
-        """The changed memory's answer columns (`ANSWER`), or None when absent or expired.
+    async def update(self, memory_id: uuid.UUID,
+                     values: dict[str, Any]) -> tuple[dict[str, Any], int] | None:
+        """The changed memory's answer columns (`ANSWER`) and its version number, or None
+        when absent or expired.
 
-        `updated_at` is the memories_history trigger's (migration 0027): it moves only
-        when a tracked field really changes, and is stamped once the row is locked."""
+        `updated_at` and `version` are the memories_history trigger's (migration 0027):
+        they move only when a tracked field really changes, and `updated_at` is stamped
+        once the row is locked."""
         stmt = (
             update(Memory)
             .where(and_(Memory.tenant_id == self.tenant_id, Memory.id == memory_id), live())
             .values(**values)
-            .returning(*ANSWER)
+            .returning(*ANSWER, Memory.version)
             .execution_options(synchronize_session=False)
         )
-        return _one_or_none(await self.session.execute(stmt))
+        row = _one_or_none(await self.session.execute(stmt))
+        return None if row is None else (row, row.pop("version"))
 
     async def lock_families(self, ids: Sequence[uuid.UUID]) -> None:
         """Hold, until the transaction ends, the summary families of the memories `ids`:
@@ -600,7 +606,22 @@ async def purge_versions_replaced_before(engine: AsyncEngine, cutoff: datetime,
         .limit(batch)
         .with_for_update(skip_locked=True)
     )
-    return await delete_in_batches(engine, delete(MemoryVersion).where(key.in_(old)), batch)
+    return await delete_in_batches(
+        engine, delete(MemoryVersion).where(key.in_(old)).returning(
+            MemoryVersion.tenant_id, MemoryVersion.memory_id, MemoryVersion.version), batch,
+        then=_erase_first_states)
+
+
+async def _erase_first_states(conn: AsyncConnection,
+                              gone: Sequence[Row[*tuple[Any, ...]]]) -> None:
+    """A keyed create's stored answer quotes the memory's first state: once the history
+    let that go, the answer was the last place it stood."""
+    by_tenant: dict[uuid.UUID, list[uuid.UUID]] = {}
+    for tenant_id, memory_id, version in gone:
+        if version == 1:
+            by_tenant.setdefault(tenant_id, []).append(memory_id)
+    for tenant_id, ids in by_tenant.items():
+        await erase_answers(conn, tenant_id, named_memories(ids))
 
 
 async def purge_expired(engine: AsyncEngine, batch: int = 1000) -> int:
@@ -638,6 +659,9 @@ async def purge_expired(engine: AsyncEngine, batch: int = 1000) -> int:
                 dissolved = 0
                 for tenant_id, went in by_tenant.items():
                     dissolved += await MemoryRepository(session, tenant_id).release(went)
+                    # A keyed create's stored answer quotes the memory: an expiry is the
+                    # caller's own erasure, which the answer outlived by the key's hours.
+                    await erase_answers(session, tenant_id, named_memories(g.id for g in went))
         except DBAPIError as exc:
             if sqlstate(exc) != LOCK_NOT_AVAILABLE:
                 raise

@@ -13,7 +13,8 @@ from app.cursors import CURSOR_MAX_CHARS
 from app.deps import CallerDep, SessionDep, problems, refuse_unknown_params
 from app.errors import ValidationFailed
 from app.idempotency.http import IdempotencyKey, keyed_create
-from app.idempotency.service import canonical_body, earlier_body, named_memories
+from app.idempotency.repository import named_memories
+from app.idempotency.service import canonical_body, earlier_body
 from app.memories.capacity import CapacityBound
 from app.memories.repository import MemoryFilter, MemoryReader, MemoryRepository
 from app.memories.schemas import (
@@ -90,7 +91,8 @@ def _service(request: Request, session: SessionDep, caller: CallerDep) -> Memory
     repository = MemoryRepository(session, caller.tenant_id)
     capacity = (CapacityBound(repository, caller.memories_per_user)
                 if caller.memories_per_user > 0 else None)
-    return MemoryService(repository, resources.embedder, after_write=auto, capacity=capacity)
+    return MemoryService(repository, resources.embedder, after_write=auto, capacity=capacity,
+                         history_kept=resources.settings.history_max_versions)
 
 
 CAP_NOTE = ("When the service caps a user's active memories (`ENGRAM_MAX_MEMORIES_PER_USER`, "

@@ -11,8 +11,7 @@ from typing import Any
 
 from app.cursors import cut_page, decode_cursor, decode_number_cursor, listing
 from app.errors import FieldError, NotFound, ValidationFailed
-from app.idempotency.repository import erase_answers
-from app.idempotency.service import named_memories
+from app.idempotency.repository import erase_answers, named_memories
 from app.ids import uuid7
 from app.memories.capacity import CapacityBound
 from app.memories.repository import Gone, MemoryFilter, MemoryReader, MemoryRepository
@@ -73,11 +72,14 @@ AfterWrite = Callable[[Sequence[dict[str, Any]]], Awaitable[None]]
 class MemoryService:
     def __init__(self, repository: MemoryRepository, embedder: Embedder,
                  after_write: AfterWrite | None = None,
-                 capacity: CapacityBound | None = None) -> None:
+                 capacity: CapacityBound | None = None,
+                 history_kept: int | None = None) -> None:
         self.repository = repository
         self.embedder = embedder
         self.after_write = after_write
         self.capacity = capacity
+        self.history_kept = history_kept
+        """ENGRAM_HISTORY_MAX_VERSIONS, which the history trigger applies (migration 0020)."""
 
     async def create_many(self, items: Sequence[MemoryCreate], *,
                           batch: bool = True) -> list[Memory]:
@@ -129,11 +131,16 @@ class MemoryService:
             await self._dissolve_if_rewritten(memory_id, values["content"])
         if values.keys() & _LABELS:
             await self._dissolve_if_relabelled(memory_id, values)
-        row = await self.repository.update(memory_id, values)
-        if row is None:
+        changed = await self.repository.update(memory_id, values)
+        if changed is None:
             raise NotFound(f"memory {memory_id} does not exist")
+        row, version = changed
         if "expires_at" in values:
             await self.repository.follow_expiry(memory_id)
+        if self.history_kept is not None and version >= self.history_kept + 2:
+            # The trigger has dropped the first state, which a keyed create's stored
+            # answer quotes: it would have been the last place the replaced text stood.
+            await self._erase_answers([memory_id])
         return Memory.model_validate(row)
 
     async def _dissolve_if_rewritten(self, memory_id: uuid.UUID, content: str) -> None:

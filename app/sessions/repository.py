@@ -9,16 +9,17 @@ which the maintenance rounds run over every tenant, are the module-level functio
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, delete, func, insert, select, tuple_, update
+from sqlalchemy import ColumnElement, Row, delete, func, insert, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from app.db import Fetcher, delete_in_batches, jsonb
+from app.idempotency.repository import erase_answers, named_sessions
 from app.ids import uuid7
 from app.models import ChatSession, SessionEvent, SessionTurn, Tenant
 from app.service.metrics import SESSION_EVENTS
@@ -354,4 +355,16 @@ async def purge_idle(engine: AsyncEngine, idle: timedelta, batch: int = 100) -> 
         .with_for_update(skip_locked=True)
     )
     return await delete_in_batches(engine, delete(ChatSession).where(
-        tuple_(ChatSession.tenant_id, ChatSession.session_id).in_(idle_ones)), batch)
+        tuple_(ChatSession.tenant_id, ChatSession.session_id).in_(idle_ones)).returning(
+        ChatSession.tenant_id, ChatSession.session_id), batch, then=_erase_answers)
+
+
+async def _erase_answers(conn: AsyncConnection,
+                         gone: Sequence[Row[*tuple[Any, ...]]]) -> None:
+    """A keyed append's stored answer quotes its turn: a session that went idle past its
+    retention took its turns, and the answer outlived them by the key's hours."""
+    by_tenant: dict[uuid.UUID, list[str]] = {}
+    for tenant_id, session_id in gone:
+        by_tenant.setdefault(tenant_id, []).append(session_id)
+    for tenant_id, session_ids in by_tenant.items():
+        await erase_answers(conn, tenant_id, named_sessions(session_ids))

@@ -11,7 +11,8 @@ from app.cursors import CURSOR_MAX_CHARS
 from app.deps import CallerDep, SessionDep, problems, refuse_unknown_params
 from app.errors import problem_response
 from app.idempotency.http import IdempotencyKey, answered_before, keyed_create
-from app.idempotency.service import canonical_body, earlier_body, named_sessions
+from app.idempotency.repository import named_sessions
+from app.idempotency.service import canonical_body, earlier_body
 from app.sessions.config import fold_policy, retention
 from app.sessions.health import SessionHealthState
 from app.sessions.repository import SessionFilter, SessionReader, SessionRepository

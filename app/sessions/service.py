@@ -20,8 +20,7 @@ from app.cursors import (
     listing,
 )
 from app.errors import FieldError, NotFound, ValidationFailed
-from app.idempotency.repository import erase_answers
-from app.idempotency.service import named_sessions
+from app.idempotency.repository import erase_answers, named_sessions
 from app.log_throttle import Throttle
 from app.sessions.context import estimate_tokens, fold_warning, strategy_in_force
 from app.sessions.folder import enqueue_fold
