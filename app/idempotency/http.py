@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Annotated, Any
@@ -12,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth import Caller
 from app.errors import PROBLEM_JSON, ValidationFailed
-from app.idempotency.repository import IdempotencyRepository, stored_key
+from app.idempotency.repository import ERASED_STATUS, IdempotencyRepository, stored_key
 from app.idempotency.service import (
     HEADER,
     KEY_PATTERN,
@@ -22,6 +23,7 @@ from app.idempotency.service import (
     check_key,
     request_hash,
 )
+from app.service import request_id
 
 IdempotencyKey = Annotated[
     str | None,
@@ -99,6 +101,11 @@ async def keyed_create(
 
 def _answer(outcome: Outcome) -> Response:
     headers = {"Idempotent-Replayed": "true"} if outcome.replayed else None
-    return Response(outcome.body, status_code=outcome.status_code, headers=headers,
+    body = outcome.body
+    if outcome.status_code == ERASED_STATUS and (rid := request_id.current()) is not None:
+        # The stored 410 is one text for every key; this retry's id is in its own logs,
+        # as in every other problem answer.
+        body = json.dumps({**json.loads(body), "request_id": rid}, separators=(",", ":"))
+    return Response(body, status_code=outcome.status_code, headers=headers,
                     media_type=PROBLEM_JSON if outcome.status_code >= 400 else
                     "application/json")

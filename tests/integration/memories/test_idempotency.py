@@ -429,6 +429,7 @@ async def test_erasing_what_a_stored_answer_holds_erases_the_answer_and_does_not
         assert retry.headers["content-type"] == PROBLEM_JSON
         assert retry.headers[REPLAYED] == "true"
         assert retry.json()["type"].endswith("/answer_erased")
+        assert retry.json()["request_id"] == retry.headers["x-request-id"]
         assert secret not in retry.text
     # Nothing was created again, and the answer naming nothing erased still replays.
     assert await count_rows(resources, tenant.tenant_id) == 2
