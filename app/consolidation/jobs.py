@@ -23,6 +23,7 @@ from app.consolidation.schemas import ConsolidationRequest
 from app.consolidation.service import compose
 from app.consolidation.stored import NewerRun, request_to_run
 from app.errors import ValidationFailed, error_line
+from app.models import SCOPE_COLUMNS
 from app.tenants.service import standing
 from app.worker.registry import JobContext, JobRegistry, RetryLater
 
@@ -104,8 +105,8 @@ async def run_auto(context: JobContext, payload: Mapping[str, Any]) -> None:
     match await standing(context.resources.sessionmaker, tenant_id):
         case "suspended":
             # Skipped, not postponed: the scope's count queues the next run N writes on.
-            log.info("automatic consolidation of %s skipped: its tenant is suspended",
-                     request.model_dump(exclude_defaults=True))
+            log.info("automatic consolidation of a scope (%s) of tenant %s skipped: the "
+                     "tenant is suspended", _scope_columns(request), tenant_id)
             return
         case "gone":
             # Queued while the tenant was being deleted; its run would fail on its
@@ -127,8 +128,15 @@ async def run_auto(context: JobContext, payload: Mapping[str, Any]) -> None:
             log.warning("automatic consolidation skipped: %s", busy.detail)
             return
         raise RetryLater(_busy_delay(context.attempt), busy.detail) from busy
-    log.info("automatic consolidation %s of %s: %s, %d summaries", run.id,
-             request.model_dump(exclude_defaults=True), run.status, run.created)
+    log.info("automatic consolidation %s of a scope (%s): %s, %d summaries", run.id,
+             _scope_columns(request), run.status, run.created)
+
+
+def _scope_columns(request: ConsolidationRequest) -> str:
+    """Which columns name the scope, not their values: the values are a user's or a
+    conversation's ids, which outlive the user's erasure in the logs (the run's id leads
+    an operator to its scope through the API)."""
+    return ", ".join(c for c in SCOPE_COLUMNS if getattr(request, c) is not None) or "tenant"
 
 
 REQUEUE_SECONDS = 1.5

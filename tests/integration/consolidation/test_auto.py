@@ -59,7 +59,9 @@ async def wait_for_auto_run(client: httpx.AsyncClient) -> dict[str, Any]:
 
 async def test_every_nth_write_in_a_scope_runs_a_synthesize_only_consolidation(
     auto_client: httpx.AsyncClient, auto_resources: Resources, tenant: TenantKey,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO, logger="engram")
     worker = Worker(auto_resources, default_registry(), poll_interval=timedelta(seconds=1))
     await worker.start()
     try:
@@ -88,6 +90,12 @@ async def test_every_nth_write_in_a_scope_runs_a_synthesize_only_consolidation(
         assert summary["summary_of"] == ids[:2]
         listed = await auto_client.get("/v1/memories", params={"user_id": "u1"})
         assert {m["id"] for m in listed.json()["items"]} >= set(ids)
+        # The log names the scope's columns, not the user's id, which an erasure of the
+        # user cannot reach there.
+        (line,) = [r.getMessage() for r in caplog.records
+                   if r.getMessage().startswith(f"automatic consolidation {run['id']}")]
+        assert line.endswith("of a scope (user_id): succeeded, 1 summaries"), line
+        assert "u1" not in line
     finally:
         await worker.stop()
 
