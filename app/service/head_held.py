@@ -24,6 +24,13 @@ class HeadHeldTransport:
         self._head: bytes | None = None
 
     def write(self, data: bytes) -> None:
+        if self._transport.is_closing():
+            # The client went while a request of its still ran: uvicorn marks only the
+            # newest request of a connection gone, so an earlier one it had pipelined
+            # wrote on, and uvloop raised, two ERROR tracebacks each time (a probe).
+            # asyncio's own transports drop such writes.
+            self._head = None
+            return
         if self._head is not None:
             data, self._head = self._head + data, None
         elif data.startswith(b"HTTP/1.1 ") and not data.startswith(b"HTTP/1.1 1") \

@@ -47,6 +47,7 @@ from app.log_throttle import Throttle
 from app.service.head_held import HeadHeldTransport
 from app.service.protocol_answers import problem_answer
 from app.service.upgrade_offer import without_upgrade_offer
+from app.service.write_deadline import ABORT
 
 log = logging.getLogger("engram.http")
 
@@ -129,7 +130,11 @@ class BoundedHeadProtocol(HttpToolsProtocol):
                 self.parser.get_method(), self.url, self.parser.get_http_version(),
                 self.headers)
             return
+        self.scope[ABORT] = self._abort  # type: ignore[literal-required]
         super().on_headers_complete()
+
+    def _abort(self) -> None:
+        self.transport.abort()
 
     def on_message_complete(self) -> None:
         if self._declined is None:

@@ -23,6 +23,10 @@ log = logging.getLogger("engram.http")
 CHUNK_BYTES = 64 * 1024
 
 
+ABORT = "engram.abort"
+"""The scope's key for dropping the connection at once (app/service/http_protocol.py)."""
+
+
 class ClientStoppedReading(Exception):
     """The client read nothing of the answer for the whole timeout."""
 
@@ -58,7 +62,15 @@ class WriteDeadlineMiddleware:
         try:
             await self.app(scope, receive, paced)
         except ClientStoppedReading:
-            # Returning with the answer unfinished makes uvicorn close the connection.
-            log.warning("%s %s: the client read nothing of its answer for %g s "
+            log.warning("%s %s: the client drained no part of its answer for %g s "
                         "(ENGRAM_RESPONSE_WRITE_TIMEOUT_SECONDS); its connection is closed",
                         scope.get("method"), scope.get("path"), timeout)
+            abort = scope.get(ABORT)
+            if abort is not None:
+                # Dropped, not closed: a close waits to flush what the socket holds to a
+                # client that reads nothing, so the connection stayed open for good and
+                # a SIGTERM waited out its whole grace for it (a probe). One turn of the
+                # loop lets uvicorn see the client gone, not an answer left unfinished
+                # (an ERROR line).
+                abort()
+                await asyncio.sleep(0)

@@ -71,3 +71,23 @@ def test_a_head_held_when_the_client_has_gone_is_dropped() -> None:
     gone.closed = True  # the connection was lost under the answer
     transport.flush()
     assert gone.writes == []
+
+
+def test_a_write_after_the_client_went_is_dropped() -> None:
+    """Found by a probe: two pipelined requests, then the client closed. uvicorn marked
+    only the second one gone; the first wrote on, uvloop's transport raised, and each
+    time two ERROR tracebacks were logged. The transport here raises as uvloop's does."""
+
+    class Uvloop(Recorded):
+        def write(self, data: bytes) -> None:
+            if self.closed:
+                raise RuntimeError("unable to perform operation on <TCPTransport closed=True>")
+            super().write(data)
+
+    sent = Uvloop()
+    transport = HeadHeldTransport(sent)
+    transport.write(HEAD)
+    sent.close()
+    transport.write(b"{}")
+    transport.flush()
+    assert sent.writes == []

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from app.service.write_deadline import CHUNK_BYTES, WriteDeadlineMiddleware
+from app.service.write_deadline import ABORT, CHUNK_BYTES, WriteDeadlineMiddleware
 
 
 def answering(body: bytes) -> Any:
@@ -75,5 +75,23 @@ async def test_a_client_that_stops_reading_is_cut_off_after_the_timeout(
     assert 0.2 <= loop.time() - started < 2
     assert len(sent) == 2  # the start and one chunk: the rest was never handed over
     [line] = [r.getMessage() for r in caplog.records]
-    assert line == ("GET /v1/memories: the client read nothing of its answer for 0.2 s "
+    assert line == ("GET /v1/memories: the client drained no part of its answer for 0.2 s "
                     "(ENGRAM_RESPONSE_WRITE_TIMEOUT_SECONDS); its connection is closed")
+
+
+async def test_the_connection_of_a_client_cut_off_is_dropped_not_closed() -> None:
+    """Found by a probe: a close waits to flush what the socket holds, so the connection
+    of a client that reads nothing stayed open for good, and a SIGTERM then waited out
+    its whole grace (22 s by default) with no request running."""
+    aborted: list[bool] = []
+    stuck = asyncio.Event()
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            await stuck.wait()
+
+    scope = {**SCOPE, ABORT: lambda: aborted.append(True)}
+    await WriteDeadlineMiddleware(answering(b"y" * (CHUNK_BYTES * 3)),
+                                  timeout_seconds=0.1)(scope, nothing, send)
+
+    assert aborted == [True]
