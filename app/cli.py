@@ -15,7 +15,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from signal import SIGTERM
+from signal import SIGINT, SIGTERM, Signals
 from typing import TYPE_CHECKING, TypeVar
 
 from sqlalchemy import text
@@ -458,8 +458,16 @@ async def _restore(settings: Settings, args: argparse.Namespace) -> int:
         # The pooled connections knew the replaced schema's types (the vector type's
         # oid among them).
         await engine.dispose()
-        await upgrade_to_head(
-            engine, lock_timeout_seconds=settings.migration_lock_timeout_seconds)
+        try:
+            await upgrade_to_head(
+                engine, lock_timeout_seconds=settings.migration_lock_timeout_seconds)
+        except BaseException:
+            # Past the restore's commit: "stopped before it finished" alone read as if
+            # the database were as it was (a probe cut the migration with Ctrl-C).
+            print(f"engram: the database now holds {path}'s contents, but its migration "
+                  f"to {head_revision()} did not finish; run `python -m app migrate` (or "
+                  "start the service) to finish it", file=sys.stderr)
+            raise
         async with engine.connect() as conn:
             held = await database_holdings(conn)
     print(f"restored {held} from {path} in {seconds:.1f} s, the schema migrated to "
@@ -634,16 +642,28 @@ async def _stoppable(name: str, command: Awaitable[int]) -> int:
     the whole database and a pg_dump still writing it."""
     task = asyncio.ensure_future(command)
     loop = asyncio.get_running_loop()
-    loop.add_signal_handler(SIGTERM, task.cancel)
+    stopped_by: list[Signals] = []
+
+    def stop(signal: Signals) -> None:
+        stopped_by.append(signal)
+        task.cancel()
+
+    # Ctrl-C too: asyncio.run's own handler cancelled the same task, and the command
+    # was then reported stopped by SIGTERM, exit 143 (a probe).
+    for signal in (SIGTERM, SIGINT):
+        loop.add_signal_handler(signal, stop, signal)
     try:
         return await task
     except asyncio.CancelledError:
         if not task.cancelled():
             raise
-        print(f"engram: {name} was stopped by SIGTERM before it finished", file=sys.stderr)
-        return 143
+        signal = stopped_by[0] if stopped_by else SIGTERM
+        print(f"engram: {name} was stopped by {signal.name} before it finished",
+              file=sys.stderr)
+        return 128 + signal.value
     finally:
-        loop.remove_signal_handler(SIGTERM)
+        for signal in (SIGTERM, SIGINT):
+            loop.remove_signal_handler(signal)
 
 
 def _cannot_listen(host: str, port: int) -> str | None:

@@ -10,7 +10,7 @@ import os
 import stat
 import time
 from pathlib import Path
-from signal import SIGTERM
+from signal import SIGINT, SIGTERM, Signals
 
 import psutil  # type: ignore[import-untyped]
 import pytest
@@ -67,9 +67,11 @@ async def test_a_backup_cut_short_kills_pg_dump_and_leaves_no_partial_file(
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
-async def test_sigterm_cancels_the_command_and_says_so(
-    capsys: pytest.CaptureFixture[str],
+@pytest.mark.parametrize(("signal", "code"), [(SIGTERM, 143), (SIGINT, 130)])
+async def test_sigterm_or_ctrl_c_cancels_the_command_and_says_which(
+    capsys: pytest.CaptureFixture[str], signal: Signals, code: int,
 ) -> None:
+    """Ctrl-C had been reported as SIGTERM, exit 143 (a probe)."""
     started = asyncio.Event()
     finished_cleanly = []
 
@@ -83,9 +85,9 @@ async def test_sigterm_cancels_the_command_and_says_so(
 
     run = asyncio.create_task(_stoppable("backup", command()))
     await asyncio.wait_for(started.wait(), 5)
-    os.kill(os.getpid(), SIGTERM)
+    os.kill(os.getpid(), signal)
 
-    assert await asyncio.wait_for(run, 5) == 143
+    assert await asyncio.wait_for(run, 5) == code
     assert finished_cleanly == [True]
     assert capsys.readouterr().err == (
-        "engram: backup was stopped by SIGTERM before it finished\n")
+        f"engram: backup was stopped by {signal.name} before it finished\n")
