@@ -26,14 +26,24 @@ async def deletable(engine: AsyncEngine, name: str) -> TenantSummary:
     return tenant
 
 
+DELETING = ("being deleted (tenants delete); if that was cut short, run it again, or "
+            "`tenants resume` to keep what is left")
+
+
 async def delete_tenant(engine: AsyncEngine, name: str) -> TenantSummary:
     """Delete the tenant named `name`; what it held when the delete began.
 
     Its memories and sessions go first in bounded transactions (a tenant may hold
     millions of rows, and one cascade would fold them all in one statement), then its
     row, whose cascade takes the keys, consolidation runs, idempotency keys, counters and
-    anything written meanwhile. Its keys work until that last step."""
+    anything written meanwhile. First the tenant is suspended, in a transaction of its
+    own: a delete cut short (Ctrl-C, a crash) had left a working tenant holding a part of
+    its data, its agents reading and writing it, with nothing to show it (a probe). Now
+    its keys are refused (403 `tenant_suspended`) from the start, and `tenants list`
+    shows why."""
     tenant = await deletable(engine, name)
+    async with create_sessionmaker(engine)() as session, session.begin():
+        await TenantRepository(session).suspend(name, DELETING)
     await drop_tenant_jobs(engine, tenant.id)  # else they would fail, and retry, for nothing
     await purge_tenant(engine, tenant.id)
     await purge_tenant_sessions(engine, tenant.id)

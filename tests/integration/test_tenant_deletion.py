@@ -16,7 +16,8 @@ from app.errors import Conflict, NotFound
 from app.memories.repository import purge_tenant
 from app.resources import Resources
 from app.sessions.repository import purge_tenant_sessions
-from app.tenants.service import deletable, delete_tenant
+from app.tenants import service as tenants_service
+from app.tenants.service import DELETING, deletable, delete_tenant, summary
 from app.worker.queue import QUEUE_SCHEMA
 from tests.conftest import TenantKey, create_tenant_key, make_client
 from tests.integration.search.test_term_stats import assert_consistent
@@ -166,3 +167,34 @@ async def test_a_write_its_tenant_was_deleted_under_answers_401_not_500(
     assert resp.json()["detail"] == "the API key is not valid or has been revoked"
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert (await held(resources, doomed.tenant_id))["memories"] == 0
+
+
+async def test_a_delete_cut_short_leaves_the_tenant_suspended_and_a_rerun_ends_it(
+    resources: Resources, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by a probe: a `tenants delete` killed half-way left a working tenant
+    holding part of its data, its key still answering, with nothing to show it."""
+    doomed = await create_tenant_key(resources)
+    await fill(resources, doomed)
+
+    async def cut(*_: Any) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tenants_service, "purge_tenant_sessions", cut)
+    with pytest.raises(KeyboardInterrupt):
+        await delete_tenant(resources.engine, doomed.name)
+    monkeypatch.undo()
+
+    left = await summary(resources.engine, doomed.name)
+    assert left.memories == 0
+    assert left.sessions == 1
+    assert left.suspension is not None
+    assert left.suspension.reason == DELETING
+    async with make_client(resources, doomed.headers) as client:
+        refused = await client.get("/v1/memories")
+        assert refused.status_code == 403, refused.text
+        assert refused.json()["type"].endswith("/tenant_suspended")
+
+    await delete_tenant(resources.engine, doomed.name)
+
+    assert set((await held(resources, doomed.tenant_id)).values()) == {0}
