@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import delete, func, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
@@ -90,6 +91,18 @@ async def erase_answers(session: AsyncSession | AsyncConnection, tenant_id: uuid
         .values(status_code=ERASED_STATUS, response_body=ERASED_ANSWER, names=[])
         .execution_options(synchronize_session=False))
     return int(getattr(result, "rowcount", 0) or 0)
+
+
+async def erase_answers_across(session: AsyncSession | AsyncConnection,
+                               gone: Iterable[tuple[uuid.UUID, Any]],
+                               named: Callable[[Iterable[Any]], list[str]]) -> int:
+    """`erase_answers` for what a maintenance purge took across tenants: (tenant, id)
+    pairs, `named` naming the ids; one statement a tenant."""
+    by_tenant: dict[uuid.UUID, list[Any]] = {}
+    for tenant_id, thing in gone:
+        by_tenant.setdefault(tenant_id, []).append(thing)
+    return sum([await erase_answers(session, tenant_id, named(things))
+                for tenant_id, things in by_tenant.items()])
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,7 +45,7 @@ from sqlalchemy.orm import aliased
 
 from app.db import Fetcher, delete_in_batches, jsonb
 from app.errors import LOCK_NOT_AVAILABLE, sqlstate
-from app.idempotency.repository import erase_answers, named_memories
+from app.idempotency.repository import erase_answers, erase_answers_across, named_memories
 from app.memories.summary_labels import Labels
 from app.models import SCOPE_COLUMNS, Memory, MemoryVersion
 from app.models.vector import vector_text
@@ -616,12 +616,9 @@ async def _erase_first_states(conn: AsyncConnection,
                               gone: Sequence[Row[*tuple[Any, ...]]]) -> None:
     """A keyed create's stored answer quotes the memory's first state: once the history
     let that go, the answer was the last place it stood."""
-    by_tenant: dict[uuid.UUID, list[uuid.UUID]] = {}
-    for tenant_id, memory_id, version in gone:
-        if version == 1:
-            by_tenant.setdefault(tenant_id, []).append(memory_id)
-    for tenant_id, ids in by_tenant.items():
-        await erase_answers(conn, tenant_id, named_memories(ids))
+    await erase_answers_across(
+        conn, ((tenant_id, memory_id) for tenant_id, memory_id, version in gone
+               if version == 1), named_memories)
 
 
 async def purge_expired(engine: AsyncEngine, batch: int = 1000) -> int:

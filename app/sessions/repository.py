@@ -19,7 +19,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from app.db import Fetcher, delete_in_batches, jsonb
-from app.idempotency.repository import erase_answers, named_sessions
+from app.idempotency.repository import erase_answers_across, named_sessions
 from app.ids import uuid7
 from app.models import ChatSession, SessionEvent, SessionTurn, Tenant
 from app.service.metrics import SESSION_EVENTS
@@ -363,8 +363,4 @@ async def _erase_answers(conn: AsyncConnection,
                          gone: Sequence[Row[*tuple[Any, ...]]]) -> None:
     """A keyed append's stored answer quotes its turn: a session that went idle past its
     retention took its turns, and the answer outlived them by the key's hours."""
-    by_tenant: dict[uuid.UUID, list[str]] = {}
-    for tenant_id, session_id in gone:
-        by_tenant.setdefault(tenant_id, []).append(session_id)
-    for tenant_id, session_ids in by_tenant.items():
-        await erase_answers(conn, tenant_id, named_sessions(session_ids))
+    await erase_answers_across(conn, ((row[0], row[1]) for row in gone), named_sessions)
