@@ -25,6 +25,7 @@ from pathlib import Path
 
 from sqlalchemy import make_url
 
+from app.child_process import spawn
 from app.destination import check_destination
 
 _CHUNK = 1 << 16
@@ -121,7 +122,7 @@ def _system_installs(system: Path) -> list[ClientTools]:
 async def speaks_tls(tools: ClientTools) -> bool:
     """Whether the tools' libpq was built with TLS: without it, libpq refuses a TLS
     sslmode before it connects anywhere (probed on a socket path that does not exist)."""
-    proc = await asyncio.create_subprocess_exec(
+    proc = await spawn(
         tools("psql"), "--no-psqlrc", "--no-password", "--command=",
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "PGSSLMODE": "require", "PGHOST": "/nonexistent/engram",
@@ -208,7 +209,7 @@ async def check_archive(url: str, path: Path, tools: ClientTools) -> None:
 async def archive_revision(url: str, path: Path, tools: ClientTools) -> str | None:
     """The schema revision the archive was taken at (its alembic_version row), read
     without touching the database; None when it holds none."""
-    proc = await asyncio.create_subprocess_exec(
+    proc = await spawn(
         tools("pg_restore"), "--data-only", "--table=alembic_version", "--file=-", str(path),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         env={**os.environ, **libpq_env(url)})
@@ -232,10 +233,10 @@ async def restore(url: str, path: Path, tools: ClientTools) -> float:
     """Replace the database's contents with the archive's, all or nothing; seconds."""
     started = time.monotonic()
     env = {**os.environ, **libpq_env(url)}
-    producer = await asyncio.create_subprocess_exec(
+    producer = await spawn(
         tools("pg_restore"), "--no-owner", "--no-privileges", "--file=-", str(path),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
-    consumer = await asyncio.create_subprocess_exec(
+    consumer = await spawn(
         tools("psql"), "--no-psqlrc", "--quiet", "--set=ON_ERROR_STOP=1",
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE, env=env)
@@ -294,7 +295,7 @@ async def _stream(producer: asyncio.subprocess.Process, consumer: asyncio.subpro
 
 
 async def _run(argv: list[str], url: str) -> None:
-    proc = await asyncio.create_subprocess_exec(
+    proc = await spawn(
         *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
         env={**os.environ, **libpq_env(url)})
     try:

@@ -1,16 +1,19 @@
 """A CLI command cut short (SIGTERM): its task is cancelled, the tools it started are
 killed, and the hidden partial file it was writing is removed. Found by an exploratory
 probe: a backup killed by SIGTERM left `.engram.dump.partial`, a full unencrypted copy
-of the database, and a pg_dump still writing it."""
+of the database, and a pg_dump still writing it. Killed outright (SIGKILL), the command
+runs no handler: its tools die with it all the same."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import stat
+import subprocess
+import sys
 import time
 from pathlib import Path
-from signal import SIGINT, SIGTERM, Signals
+from signal import SIGINT, SIGKILL, SIGTERM, Signals
 
 import psutil  # type: ignore[import-untyped]
 import pytest
@@ -65,6 +68,45 @@ async def test_a_backup_cut_short_kills_pg_dump_and_leaves_no_partial_file(
     assert not partial.exists()
     assert not target.exists()
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+BACKUP_IN_A_PROCESS = """
+import asyncio, sys
+from pathlib import Path
+from app import backup
+asyncio.run(backup.backup("postgresql://u@127.0.0.1:9/engram", Path(sys.argv[1]),
+                          backup.ClientTools(Path(sys.argv[2]))))
+"""
+
+
+def ended(pid: int) -> bool:
+    return not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_backup_killed_outright_takes_its_pg_dump_with_it(
+    tmp_path: Path, slow_pg_dump: Path,
+) -> None:
+    """A probe's SIGKILLed backup left pg_dump running, which wrote a whole dump to the
+    hidden file that nothing removed."""
+    target = tmp_path / "engram.dump"
+    partial = target.with_name(f".{target.name}.partial")
+    command = subprocess.Popen([sys.executable, "-c", BACKUP_IN_A_PROCESS, str(target),
+                                str(tmp_path)])
+    try:
+        written(slow_pg_dump, partial)
+        pid = int(slow_pg_dump.read_text())
+        assert psutil.Process(pid).ppid() == command.pid
+        os.kill(command.pid, SIGKILL)
+        command.wait(10)
+        deadline = time.monotonic() + 10
+        while not ended(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert ended(pid)
+    finally:
+        command.kill()
+        command.wait()
+    assert not target.exists()
 
 
 @pytest.mark.parametrize(("signal", "code"), [(SIGTERM, 143), (SIGINT, 130)])
