@@ -31,7 +31,8 @@ A few of RFC 9112's rules httptools leaves to its user are kept here: a field's 
 without the white space that ends it (an `Idempotency-Key: abc ` was refused, an
 `X-Request-ID: abc ` replaced), no `100 Continue` to an HTTP/1.0 client, and a target
 longer than httptools reads (64 KiB) or holding a character that is not ASCII answered
-as such, not as a bare "not HTTP/1.1".
+as such, not as a bare "not HTTP/1.1", and an answer to a client that shut its sending
+side after a whole request (uvicorn closed at the EOF; nginx answers).
 """
 
 from __future__ import annotations
@@ -198,6 +199,22 @@ class BoundedHeadProtocol(HttpToolsProtocol):
     def _send_problem(self, *problem: Any) -> None:
         self.transport.write(problem_answer(*problem))
         self.transport.close()
+
+    # uvicorn declares None, asyncio's Protocol bool | None: a true value keeps the
+    # connection open for writing.
+    def eof_received(self) -> bool | None:  # type: ignore[override]
+        """Keep the connection open for the answer when the client has sent its whole
+        request and then shut its sending side (shutdown(SHUT_WR): `nc -N`, curl's
+        and scripts' one-shot requests). Returning nothing closed the connection at the
+        EOF: the request went on, a write it asked for committed, and its answer had
+        nowhere to go (an exploratory probe; nginx answers). The answer ends the
+        connection, since the client can send nothing more."""
+        cycle = self.cycle
+        if (self._lingering is None and cycle is not None and not cycle.response_complete
+                and not cycle.more_body and not self._in_head):
+            cycle.keep_alive = False
+            return True
+        return None
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._lingering is not None:

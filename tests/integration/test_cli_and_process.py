@@ -900,11 +900,15 @@ def test_an_idle_keep_alive_connection_is_closed_after_the_setting(
     service.stop()
 
 
-def exchange_raw(base_url: str, request: bytes) -> tuple[bytes, bytes]:
-    """One request on a fresh socket, read until the server closes it: (head, body)."""
+def exchange_raw(base_url: str, request: bytes, *,
+                 half_close: bool = False) -> tuple[bytes, bytes]:
+    """One request on a fresh socket, read until the server closes it: (head, body);
+    `half_close`: the client shuts its sending side once the request is sent."""
     host, port = base_url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=10) as sock:
         sock.sendall(request)
+        if half_close:
+            sock.shutdown(socket.SHUT_WR)
         received = b""
         while chunk := sock.recv(65536):
             received += chunk
@@ -945,6 +949,31 @@ def test_the_server_answers_offers_and_unreadable_requests_as_the_contract_says(
     assert problem["status"] == 400
     assert problem["type"].endswith("/bad_request")
     assert f"x-request-id: {problem['request_id']}".encode() in head
+    service.stop()
+
+
+def test_a_client_that_shuts_its_sending_side_after_its_request_gets_the_answer(
+    start_service: Callable[..., Service], database_url: str,
+) -> None:
+    """An exploratory probe: the connection was closed at the client's EOF, so a write
+    it asked for committed and its answer went nowhere (`nc -N` and one-shot scripts
+    shut their side once the request is sent; nginx answers them)."""
+    service = start_service(1, ENGRAM_DATABASE_URL=database_url)
+    service.wait_ready()
+    body = b'{"content": "sent by a half-closed client", "user_id": "half-closed"}'
+    head, answer = exchange_raw(service.base_url, (
+        b"POST /v1/memories HTTP/1.1\r\nHost: localhost\r\n"
+        b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+        % (len(body), body)), half_close=True)
+    assert head.startswith(b"HTTP/1.1 201 "), head
+    assert json.loads(answer)["content"] == "sent by a half-closed client"
+
+    head, answer = exchange_raw(service.base_url, (
+        b"GET /v1/memories?user_id=half-closed HTTP/1.1\r\nHost: localhost\r\n\r\n"),
+        half_close=True)
+    assert head.startswith(b"HTTP/1.1 200 "), head
+    assert [m["content"] for m in json.loads(answer)["items"]] == [
+        "sent by a half-closed client"]
     service.stop()
 
 

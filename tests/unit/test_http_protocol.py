@@ -35,6 +35,8 @@ async def echo(scope: Any, receive: Any, send: Any) -> None:
         body += message.get("body", b"")
         if not message.get("more_body"):
             break
+    if scope["path"] == "/slow":
+        await asyncio.sleep(0.3)  # an answer that comes after the client's EOF
     seen: dict[str, Any] = {"body_bytes": len(body), "headers": len(scope["headers"])}
     if scope["path"] == "/names":
         seen = {"body": body.decode(), "method": scope["method"],
@@ -373,3 +375,41 @@ async def test_a_target_with_a_character_that_is_not_ascii_says_to_percent_encod
     line, problem = problem_of(answer)
     assert line == b"HTTP/1.1 400 Bad Request"
     assert "percent-encode" in problem["detail"]
+
+
+async def half_closed_exchange(port: int, request: bytes) -> bytes:
+    """`request`, then the client's sending side shut; what arrives until the close."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(request)
+        await writer.drain()
+        writer.write_eof()
+        return await asyncio.wait_for(reader.read(), 10)
+    finally:
+        writer.close()
+
+
+async def test_a_whole_request_then_the_clients_eof_is_answered_and_then_closed(
+    port: int,
+) -> None:
+    """The connection had been closed at the EOF, the answer lost (an exploratory
+    probe; `nc -N` sends requests so)."""
+    body = b"x" * 1000
+    answer = await half_closed_exchange(port, (
+        b"POST /slow HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+        % (len(body), body)))
+
+    head, _, sent = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n"), answer[:200]
+    assert b"\r\nconnection: close" in head.lower()
+    assert json.loads(sent)["body_bytes"] == len(body)
+    # and the server closed the connection after it: read() returns at the close
+
+
+async def test_an_eof_inside_a_request_still_closes_at_once(port: int) -> None:
+    """Half a body cannot be answered: the connection goes as it did."""
+    answer = await half_closed_exchange(
+        port, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nhalf")
+    assert answer == b""
+    answer = await half_closed_exchange(port, b"GET / HTTP/1.1\r\nHost: x\r\n")
+    assert answer == b""
