@@ -183,7 +183,10 @@ async def backup(url: str, path: Path, tools: ClientTools, *,
     """Dump the database to `path` (through a hidden partial file, renamed when whole);
     in `snapshot` (pg_export_snapshot's) when given, so what the caller counted in it is
     what the file holds."""
-    check_destination(path)
+    try:
+        check_destination(path)
+    except OSError as exc:
+        raise BackupFailed(f"{exc.filename}: {exc.strerror}") from None
     started = time.monotonic()
     partial = path.with_name(f".{path.name}.partial")
     argv = [tools("pg_dump"), "--format=custom", "--no-owner", "--no-privileges",
@@ -193,7 +196,13 @@ async def backup(url: str, path: Path, tools: ClientTools, *,
     try:
         # Made first, readable by its owner alone: pg_dump keeps an existing file's mode,
         # and the dump holds every tenant's memories and the keys' digests.
-        os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+        try:
+            os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+        except OSError as exc:
+            # Named as asked, not as the hidden partial file, and without the data
+            # folder's setting the CLI's generic line adds to a file's error (a probe:
+            # `backup /proc/x.dump`).
+            raise BackupFailed(f"cannot write {path}: {exc.strerror or exc}") from None
         await _run(argv, url)
         os.replace(partial, path)
     finally:

@@ -390,6 +390,16 @@ async def test_a_destination_that_cannot_be_written_is_refused_before_the_dump(
 
         assert result.returncode == 1, result.stderr
         assert meaningful_lines(result.stderr) == [said[command].format(says)]
+    if command == "backup":
+        # A folder the check lets by (root may write in /proc) but where no file can be
+        # made: the backup named its hidden partial file, and the data folder's setting.
+        result = await cli(database_url, *args, "/proc/engram.dump")
+        assert result.returncode == 1, result.stderr
+        [line] = meaningful_lines(result.stderr)
+        assert line.startswith(said[command].format("")), line
+        assert "/proc" in line
+        assert ".partial" not in line
+        assert "ENGRAM_" not in line
     assert sorted(os.listdir(tmp_path)) == ["a-folder"]
     assert os.listdir(folder) == []
 
