@@ -101,10 +101,14 @@ async def _database(settings: Settings, *, migrate: bool = True) -> AsyncIterato
     from app.db import create_engine
     from app.migrate import upgrade_to_head
     from app.resources import open_database
+    from app.restore_lock import refuse_during_restore
 
     url, embedded = await open_database(settings)
     engine = create_engine(url, settings, application_name="engram-cli", bounded=False)
     try:
+        # A command's writes went into what a restore was replacing, once it had waited
+        # for the replaced tables.
+        await refuse_during_restore(engine, "run the command again")
         if migrate:
             await upgrade_to_head(
                 engine, lock_timeout_seconds=settings.migration_lock_timeout_seconds)
@@ -377,6 +381,7 @@ async def _backup(settings: Settings, args: argparse.Namespace) -> int:
     from app.backup import BackupFailed, backup, client_tools
     from app.db import asyncpg_dsn
     from app.migrate import revisions_in
+    from app.restore_lock import backing_up
     from app.tenants.repository import database_holdings
 
     # Not migrated first: a backup taken before an upgrade, with the new version's CLI,
@@ -392,7 +397,8 @@ async def _backup(settings: Settings, args: argparse.Namespace) -> int:
         url = asyncpg_dsn(engine)
         try:
             tools = await client_tools(url, settings.pg_bin_dir)
-            report = await backup(url, Path(args.file), tools, snapshot=snapshot)
+            async with backing_up(engine):
+                report = await backup(url, Path(args.file), tools, snapshot=snapshot)
         except BackupFailed as exc:
             print(f"engram: backup failed: {exc}", file=sys.stderr)
             return 1
@@ -411,6 +417,7 @@ async def _restore(settings: Settings, args: argparse.Namespace) -> int:
         refuse_while_serving,
     )
     from app.migrate import head_revision, newer_schema, upgrade_to_head
+    from app.restore_lock import BackupRunning, restoring
     from app.tenants.repository import database_holdings
 
     path = Path(args.file)
@@ -437,7 +444,9 @@ async def _restore(settings: Settings, args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 1
         try:
-            async with exclusive_pass(engine, "restore"):
+            # Both held through the migration too: a start meanwhile is refused, not
+            # left waiting on the migration's lock.
+            async with exclusive_pass(engine, "restore"), restoring(engine):
                 async with engine.connect() as conn:
                     await refuse_while_serving(
                         EmbeddingSpaceRepository(conn),
@@ -448,26 +457,28 @@ async def _restore(settings: Settings, args: argparse.Namespace) -> int:
                           f"with {path}'s contents; add --yes to do it", file=sys.stderr)
                     return 1
                 seconds = await restore(url, path, tools)
-        except ServiceRunning as exc:
+                # The pooled connections knew the replaced schema's types (the vector
+                # type's oid among them).
+                await engine.dispose()
+                try:
+                    await upgrade_to_head(
+                        engine, lock_timeout_seconds=settings.migration_lock_timeout_seconds)
+                except BaseException:
+                    # Past the restore's commit: "stopped before it finished" alone read
+                    # as if the database were as it was (a probe cut the migration with
+                    # Ctrl-C).
+                    print(f"engram: the database now holds {path}'s contents, but its "
+                          f"migration to {head_revision()} did not finish; run `python -m "
+                          "app migrate` (or start the service) to finish it",
+                          file=sys.stderr)
+                    raise
+        except (ServiceRunning, BackupRunning) as exc:
             print(f"engram: {exc}", file=sys.stderr)
             return 1
         except BackupFailed as exc:
             print(f"engram: restore failed, the database is as it was: {exc}",
                   file=sys.stderr)
             return 1
-        # The pooled connections knew the replaced schema's types (the vector type's
-        # oid among them).
-        await engine.dispose()
-        try:
-            await upgrade_to_head(
-                engine, lock_timeout_seconds=settings.migration_lock_timeout_seconds)
-        except BaseException:
-            # Past the restore's commit: "stopped before it finished" alone read as if
-            # the database were as it was (a probe cut the migration with Ctrl-C).
-            print(f"engram: the database now holds {path}'s contents, but its migration "
-                  f"to {head_revision()} did not finish; run `python -m app migrate` (or "
-                  "start the service) to finish it", file=sys.stderr)
-            raise
         async with engine.connect() as conn:
             held = await database_holdings(conn)
     print(f"restored {held} from {path} in {seconds:.1f} s, the schema migrated to "

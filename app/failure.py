@@ -9,12 +9,13 @@ from sqlalchemy.exc import DBAPIError
 from app.embedded_db import EmbeddedSettingRefused, EmbeddedStartFailed
 from app.embedding_space.service import VectorSpaceMismatch
 from app.migrate import MigrationLockTimeout, SchemaNewer
+from app.restore_lock import BackupRunning, RestoreRunning
 from app.settings import Settings
 
 # An operator's decision or the surroundings, not a fault of the code: their one line says
 # what to do, and a traceback adds nothing.
 OPERATIONAL = (VectorSpaceMismatch, MigrationLockTimeout, SchemaNewer, EmbeddedSettingRefused,
-               EmbeddedStartFailed,
+               EmbeddedStartFailed, RestoreRunning, BackupRunning,
                DBAPIError, asyncpg.PostgresError, asyncpg.InterfaceError, OSError,
                ConnectionError, TimeoutError)
 
@@ -23,7 +24,8 @@ def describe(exc: BaseException, settings: Settings | None = None) -> str:
     """`exc` on one line; with the `settings` in use, naming the setting that led there
     (the database's URL, the data folder)."""
     if isinstance(exc, VectorSpaceMismatch | MigrationLockTimeout | SchemaNewer
-                  | EmbeddedSettingRefused | EmbeddedStartFailed):
+                  | EmbeddedSettingRefused | EmbeddedStartFailed | RestoreRunning
+                  | BackupRunning):
         return str(exc)
     if isinstance(exc, DBAPIError) and exc.orig is not None:
         exc = exc.orig

@@ -15,6 +15,7 @@ from app.embedding_space.service import check_on_start
 from app.migrate import upgrade_to_head
 from app.providers.embedder import Embedder, build_embedder, load_embedder, probe_embedder
 from app.providers.llm import LLMClient, build_llm_client
+from app.restore_lock import refuse_during_restore
 from app.search.config import build_limits, build_pipeline
 from app.search.pipeline import SearchPipeline
 from app.search.query_vectors import QueryVectorCache
@@ -133,6 +134,8 @@ async def build_resources(settings: Settings, *, migrate: bool = True) -> Resour
     engine = create_engine(url, settings)
     embedder: Embedder | None = None
     try:
+        # Before the migration, which would wait on the tables a restore replaces.
+        await refuse_during_restore(engine, "start the service")
         if migrate:
             await _migrate(url, settings)
         embedder = build_embedder(settings)

@@ -18,11 +18,19 @@ import httpx
 import pytest
 from sqlalchemy import make_url, text
 
+from app.backup import bundled_tools
 from app.embedding_space.service import exclusive_pass
 from app.migrate import downgrade, head_revision, upgrade_to_head
-from app.resources import Resources
+from app.resources import Resources, build_resources
+from app.restore_lock import RestoreRunning
 from tests.conftest import TenantKey, create_tenant_key, make_client, reconfigured
-from tests.integration.test_cli_and_process import Run, base_env, cli, run_sync
+from tests.integration.test_cli_and_process import (
+    Run,
+    base_env,
+    cli,
+    meaningful_lines,
+    run_sync,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -328,3 +336,115 @@ async def test_a_backups_summary_counts_what_the_file_holds_while_writes_go_on(
     said = saved.stdout.split(" at schema ")[0].removeprefix("backed up ")
     assert restored.stdout.startswith(f"restored {said} from "), (saved.stdout,
                                                                   restored.stdout)
+
+
+# Each waits where a restore or a dump is seen running, until the test makes `go` (or
+# a minute passes), and leaves a mark as it begins to wait.
+_WAIT = 'i=0; while [ ! -e "{marks}/go" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done'
+SLOW_RESTORE = """#!/bin/sh
+# The restore's stream is the only call with --no-owner: its end is held back.
+case "$1" in
+  --no-owner) "{real}/pg_restore" "$@"; status=$?; touch "{marks}/restoring"; {wait}
+              exit $status ;;
+  *) exec "{real}/pg_restore" "$@" ;;
+esac
+"""
+SLOW_DUMP = """#!/bin/sh
+touch "{marks}/dumping"
+{wait}
+exec "{real}/pg_dump" "$@"
+"""
+
+
+def slow_tools(folder: Path) -> Path:
+    """ENGRAM_PG_BIN_DIR for the bundled tools, with a restore's stream and a dump held
+    back until `go` is made in the folder."""
+    real = bundled_tools().bin_dir
+    folder.mkdir()
+    (folder / "psql").symlink_to(real / "psql")
+    for name, script in (("pg_restore", SLOW_RESTORE), ("pg_dump", SLOW_DUMP)):
+        (folder / name).write_text(
+            script.format(real=real, marks=folder, wait=_WAIT.format(marks=folder)))
+        (folder / name).chmod(0o755)
+    return folder
+
+
+async def until(check: Callable[[], Awaitable[bool]], what: str) -> None:
+    for _ in range(300):
+        if await check():
+            return
+        await asyncio.sleep(0.05)
+    pytest.fail(f"never {what}")
+
+
+async def test_nothing_starts_on_a_database_a_restore_is_replacing(
+    resources: Resources, new_database: Database, tmp_path: Path,
+) -> None:
+    """Found by an exploratory probe: the restore's rule that nothing else runs was
+    checked once, at its start. A backup begun meanwhile failed with pg_dump's "cache
+    lookup failed", and a service started meanwhile waited on the replaced tables, then
+    served."""
+    archive = tmp_path / "engram.dump"
+    target, _, _ = await backed_up_beside(resources, new_database, archive,
+                                          "Only in the target.")
+    slow = slow_tools(tmp_path / "slow")
+    restoring = asyncio.create_task(
+        cli(target, "restore", str(archive), "--yes", ENGRAM_PG_BIN_DIR=str(slow)))
+
+    async def restore_running() -> bool:
+        return (slow / "restoring").exists()
+
+    await until(restore_running, "saw the restore running")
+    backed_up = await cli(target, "backup", str(tmp_path / "meanwhile.dump"))
+    created = await cli(target, "keys", "create", "--tenant", "made-meanwhile")
+    try:
+        started = await build_resources(
+            resources.settings.model_copy(update={"database_url": target}))
+    except RestoreRunning as exc:
+        start_refused = str(exc)
+    else:
+        await started.close()
+        start_refused = ""
+    (slow / "go").touch()
+    restored = await restoring
+
+    assert start_refused == ("a `restore` is running on this database; start the service "
+                             "once it is done")
+    assert backed_up.returncode == 1
+    assert meaningful_lines(backed_up.stderr) == [
+        "engram: backup failed: a `restore` is running on this database; run the command "
+        "again once it is done"]
+    assert created.returncode == 1
+    assert "a `restore` is running on this database" in created.stderr
+    assert not (tmp_path / "meanwhile.dump").exists()
+    assert restored.returncode == 0, restored.stderr
+    async with reconfigured(resources, target) as res, res.engine.connect() as conn:
+        names = (await conn.scalars(text("SELECT name FROM tenants"))).all()
+    assert "made-meanwhile" not in names
+
+
+async def test_a_restore_is_refused_while_a_backup_runs(
+    resources: Resources, new_database: Database, tmp_path: Path,
+) -> None:
+    """It had waited for the whole dump, saying nothing, and then replaced the database."""
+    archive = tmp_path / "engram.dump"
+    target, _, other_key = await backed_up_beside(resources, new_database, archive,
+                                                  "Only in the target.")
+    slow = slow_tools(tmp_path / "slow")
+    backing = asyncio.create_task(
+        cli(target, "backup", str(tmp_path / "target.dump"), ENGRAM_PG_BIN_DIR=str(slow)))
+
+    async def backup_running() -> bool:
+        return (slow / "dumping").exists()
+
+    await until(backup_running, "saw the backup running")
+    refused = await cli(target, "restore", str(archive), "--yes")
+    (slow / "go").touch()
+    backed_up = await backing
+
+    assert refused.returncode == 1
+    assert meaningful_lines(refused.stderr) == [
+        "engram: a `backup` is running on this database; let it finish, then restore again"]
+    assert backed_up.returncode == 0, backed_up.stderr
+    async with serving(resources, target, other_key) as (other, _):
+        assert await contents(other) == ["Only in the target."]
