@@ -204,11 +204,10 @@ class BoundedHeadProtocol(HttpToolsProtocol):
     # connection open for writing.
     def eof_received(self) -> bool | None:  # type: ignore[override]
         """Keep the connection open for the answer when the client has sent its whole
-        request and then shut its sending side (shutdown(SHUT_WR): `nc -N`, curl's
-        and scripts' one-shot requests). Returning nothing closed the connection at the
-        EOF: the request went on, a write it asked for committed, and its answer had
-        nowhere to go (an exploratory probe; nginx answers). The answer ends the
-        connection, since the client can send nothing more."""
+        request and then shut its sending side (shutdown(SHUT_WR): `nc -N`, one-shot
+        scripts). Returning nothing closed the connection at the EOF: the request went
+        on, and its answer had nowhere to go (an exploratory probe; nginx answers). The
+        answer ends the connection, since the client can send nothing more."""
         cycle = self.cycle
         if (self._lingering is None and cycle is not None and not cycle.response_complete
                 and not cycle.more_body and not self._in_head):
