@@ -711,11 +711,15 @@ def _ranked(result: Sequence[Sequence[Any]], n: int) -> list[RetrievedRow]:
     covered days, its similarity in the vector list and its score in the text list (null
     where a list lacks it), the day-only flag, whether the row is as the text list scored
     it, and the similarity of a text list row the vector list lacks."""
-    similarities = {row[_ID]: row[n + 1] for row in result if row[n + 1] is not None}
-    similarities = with_rows_missed(similarities, {
-        row[_ID]: row[n + 5] for row in result if row[n + 1] is None and row[n + 4]})
+    listed = {row[_ID]: row[n + 1] for row in result if row[n + 1] is not None}
+    computed = {row[_ID]: row[n + 5] for row in result
+                if row[n + 1] is None and row[n + 4] and row[n + 5] is not None}
     texts = {row[_ID]: row[n + 2] for row in result if row[n + 2] is not None and row[n + 4]}
-    vector_ranks, text_ranks = shared_places(similarities), shared_places(texts)
+    vector_ranks = shared_places(with_rows_missed(listed, computed))
+    text_ranks = shared_places(texts)
+    # Every similarity computed is kept, placed in the vector list or not: explain showed
+    # none for a text-only row though it had been computed (an exploratory probe).
+    similarities = {**computed, **listed}
     return [
         RetrievedRow(row[_ID], row[_IMPORTANCE], row[_CREATED_AT], row[_FACT_ROLE],
                      row[:n], vector_ranks.get(row[_ID]), similarities.get(row[_ID]),

@@ -45,7 +45,10 @@ class RelevanceFloor:
     def _kept_by(self, c: Candidate, days: frozenset[date]) -> str | None:
         if c.text_rank is not None and not c.text_day_only:
             return "text_match"
-        if c.vector_similarity is not None and c.vector_similarity >= self.min_similarity:
+        # Placed in the vector list: a text-list row past its farthest row has its
+        # similarity for explain, and keeps no place it was not given.
+        if (c.vector_rank is not None and c.vector_similarity is not None
+                and c.vector_similarity >= self.min_similarity):
             return "similarity"
         if days and on_named_day(c, days):
             return "named_day"

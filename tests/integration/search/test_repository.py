@@ -4,6 +4,7 @@ the text statement ran in an earlier snapshot."""
 
 from __future__ import annotations
 
+import math
 import uuid
 from typing import Any
 
@@ -207,8 +208,15 @@ async def test_a_text_row_farther_than_the_vector_list_gets_no_vector_place(
                                                           top_k=10)}
 
     row = rows[uuid.UUID(bees["id"])]
-    assert (row.vector_rank, row.vector_similarity, row.text_rank) == (None, None, 1)
+    assert (row.vector_rank, row.text_rank) == (None, 1)
     assert sum(r.vector_rank is not None for r in rows.values()) == 20
+    # Its similarity was computed, and stays for explain, below every placed row's.
+    (stored,) = await resources.embedder.embed([bees["content"]])
+    cosine = sum(a * b for a, b in zip(diary, stored, strict=True)) / (
+        math.sqrt(sum(a * a for a in diary)) * math.sqrt(sum(b * b for b in stored)))
+    assert row.vector_similarity == pytest.approx(cosine, abs=2e-3)
+    placed = [r.vector_similarity for r in rows.values() if r.vector_rank is not None]
+    assert all(s is not None and row.vector_similarity < s for s in placed)
 
 
 USER_ROWS = ["The user is vegetarian.", "The user has two kids.", "The user is a nurse.",

@@ -292,6 +292,33 @@ async def test_the_floor_keeps_related_rows_and_says_why(
             assert r["explanation"]["fusion"]["text_rank"] is not None
 
 
+async def test_explain_gives_a_text_only_row_the_similarity_computed_for_it(
+    model_resources: Resources,
+) -> None:
+    """A text-list row past the vector list's farthest row has no vector place, and explain
+    still shows the similarity the statement computed for it (it showed null: an
+    exploratory probe)."""
+    tenant = await create_tenant_key(model_resources)
+    async with make_client(model_resources, tenant.headers) as client:
+        resp = await client.post("/v1/memories/batch", json={"items": [
+            *({"content": f"diary entry number {i}"} for i in range(25)),
+            {"content": "Alice keeps bees on the roof"}]})
+        assert resp.status_code == 201, resp.text
+        bees_id = resp.json()["items"][-1]["id"]
+        answer = await search(client, "my diary entries and the bees", top_k=10)
+
+    fusions = {r["memory"]["id"]: r["explanation"]["fusion"] for r in answer["results"]}
+    bees = fusions[bees_id]
+    assert bees["vector_rank"] is None
+    assert bees["text_rank"] is not None
+    placed = [f["vector_similarity"] for f in fusions.values() if f["vector_rank"] is not None]
+    assert len(answer["results"]) == 10
+    assert len(placed) == 9
+    assert isinstance(bees["vector_similarity"], float)
+    assert bees["vector_similarity"] < min(placed)
+    assert bees["vector_term"] == 0.0
+
+
 # --- a question asked again ----------------------------------------------------------------
 
 

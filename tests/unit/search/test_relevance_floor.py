@@ -82,6 +82,16 @@ def test_a_match_of_the_day_words_alone_is_no_tie_to_the_query() -> None:
         "text_match", "similarity"]
 
 
+def test_only_a_row_the_vector_list_placed_is_kept_by_its_similarity() -> None:
+    """A day-word match past the vector list's farthest row carries its similarity (for
+    explain) but no vector place: its similarity keeps it no more than its day words."""
+    unplaced = replace(similar(1, 0.40, text_rank=1, day_only=True), vector_rank=None)
+
+    out = RelevanceFloor(min_similarity=0.3)(make_context(unplaced, similar(2, 0.40)))
+
+    assert order(out) == [2]
+
+
 def test_a_row_of_a_day_the_query_names_is_kept() -> None:
     day = NOW.date()  # make_candidate's rows are written at NOW
     ctx = make_context(similar(1, 0.05, text_rank=1, day_only=True), dates=(day,))
