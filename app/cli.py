@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.service import log_format
 from app.settings import Settings, format_settings_error, unknown_settings
-from app.tenants.rate_limit import RateLimit
+from app.tenants.rate_limit import RateLimit, rate_problem
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -33,10 +33,10 @@ if TYPE_CHECKING:
 
 
 def _load_settings() -> Settings:
-    # Said first: a misspelt name may be why a setting is not what the error says.
-    for line in unknown_settings(os.environ):
-        print(f"engram: warning: {line}", file=sys.stderr)
     try:
+        # Said first: a misspelt name may be why a setting is not what the error says.
+        for line in unknown_settings(os.environ):
+            print(f"engram: warning: {line}", file=sys.stderr)
         return Settings()
     except Exception as exc:
         print(f"engram: {format_settings_error(exc)}", file=sys.stderr)
@@ -523,7 +523,14 @@ def _ranged(kind: type[_N], low: _N, high: _N) -> Callable[[str], _N]:
     return parse
 
 
-_rate = _ranged(float, 0.0, 1_000_000.0)
+def _rate(value: str) -> float:
+    rate = _ranged(float, 0.0, 1_000_000.0)(value)
+    problem = rate_problem(rate)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return rate
+
+
 _burst = _ranged(int, 1, 1_000_000)
 _in_flight = _ranged(int, 0, 100_000)
 _per_user = _ranged(int, 0, 100_000_000)
@@ -685,16 +692,21 @@ def _cannot_listen(host: str, port: int) -> str | None:
                                        flags=socket.AI_PASSIVE)
     except OSError as exc:
         return str(exc)
+    bound, missing = False, "no address to listen on"
     for family, kind, proto, _, address in addresses:
         with socket.socket(family, kind, proto) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind(address)
+                bound = True
             except OSError as exc:
-                if exc.errno == errno.EADDRNOTAVAIL:
-                    continue  # a family this host lacks: asyncio skips it too
-                return exc.strerror or str(exc)
-    return None
+                if exc.errno != errno.EADDRNOTAVAIL:
+                    return exc.strerror or str(exc)
+                missing = exc.strerror or str(exc)  # a family this host lacks: skipped
+    # Not one address bound: one this machine does not have (10.255.255.1) passed, and
+    # the service started its workers and said it was ready before it failed to bind
+    # (a settings probe).
+    return None if bound else missing
 
 
 def _batch_size(text: str) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
+import os
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
@@ -16,6 +17,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from app.providers.key_header import BEARER, is_header_name
+from app.tenants.rate_limit import rate_problem
 
 EMBEDDING_DIMENSIONS = 384
 """The width of the `embedding` column; every embedder must produce it."""
@@ -23,6 +25,11 @@ EMBEDDING_DIMENSIONS = 384
 LOCAL_MODEL_MIN_SIMILARITY = 0.25
 """The relevance floor measured for the local all-MiniLM-L6-v2 (bench/retrieval_eval.py):
 no recall lost, two thirds of off-topic questions answered with an empty list."""
+
+
+MIN_LOOP_SECONDS = 0.1
+"""The shortest interval of a background loop: at 1e-6 s an idle service spun a core
+(a settings probe)."""
 
 
 class Settings(BaseSettings):
@@ -136,7 +143,7 @@ class Settings(BaseSettings):
     openai_api_key_header: str = BEARER
     # Recorded as the stored vectors' model: empty, it would read as "none recorded" and
     # let any other embedder start over them.
-    openai_embedding_model: str = Field(default="text-embedding-3-small", min_length=1)
+    openai_embedding_model: str = "text-embedding-3-small"
     openai_timeout_seconds: float = Field(default=10.0, gt=0, le=300)
     openai_max_retries: int = Field(default=2, ge=0, le=10)
 
@@ -148,7 +155,7 @@ class Settings(BaseSettings):
     idempotency_ttl_hours: int = Field(default=24, ge=24, le=24 * 30)
     # How often memories past their expires_at are deleted (app/maintenance.py). Nothing
     # reads them once expired; until deleted they still cost the search's index scans.
-    expired_purge_seconds: float = Field(default=300.0, gt=0, le=86400)
+    expired_purge_seconds: float = Field(default=300.0, ge=MIN_LOOP_SECONDS, le=86400)
     # A memory's history (GET /v1/memories/{id}/history): the most earlier states one
     # memory keeps, the oldest dropped as a change adds one (0 keeps none), so a memory
     # rewritten in a loop does not grow it without bound; and how many days a replaced
@@ -229,7 +236,7 @@ class Settings(BaseSettings):
     # search ranks it exactly instead (app/search/repository.py).
     hnsw_max_scan_tuples: int = Field(default=20_000, ge=1, le=10_000_000)
     # How often the term statistics' delta rows are summed (app/search/term_stats.py).
-    term_stats_fold_seconds: float = Field(default=5.0, gt=0, le=3600)
+    term_stats_fold_seconds: float = Field(default=5.0, ge=MIN_LOOP_SECONDS, le=3600)
 
     # The LLM consolidation ops call (any OpenAI-compatible /chat/completions endpoint).
     # No base URL means no LLM: strategies that need one are refused with 422.
@@ -274,8 +281,8 @@ class Settings(BaseSettings):
     # successes that make it healthy again, and how often a degraded one is tried.
     session_degrade_after: int = Field(default=3, ge=1, le=100)
     session_recover_after: int = Field(default=2, ge=1, le=100)
-    session_retry_seconds: float = Field(default=2.0, gt=0, le=3600)
-    session_probe_seconds: float = Field(default=30.0, gt=0, le=86400)
+    session_retry_seconds: float = Field(default=2.0, ge=MIN_LOOP_SECONDS, le=3600)
+    session_probe_seconds: float = Field(default=30.0, ge=MIN_LOOP_SECONDS, le=86400)
     # A session with no turn appended and no strategy change for this many days is
     # deleted with its turns, summary and events by the maintenance round; 0 keeps every
     # session until it is deleted. Memories stored with its session_id are not touched.
@@ -324,9 +331,29 @@ class Settings(BaseSettings):
     def _check_llm_base_url(cls, value: str | None) -> str | None:
         if value is None or value == "":
             return None
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL")
-        return value.rstrip("/")
+        return _http_url(value)
+
+    @field_validator("openai_embedding_model", "llm_model")
+    @classmethod
+    def _check_model_name(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must name a model")
+        return value
+
+    @field_validator("embedded_watch_seconds")
+    @classmethod
+    def _check_watch_seconds(cls, value: float) -> float:
+        if 0 < value < MIN_LOOP_SECONDS:
+            raise ValueError(f"must be 0 (never) or at least {MIN_LOOP_SECONDS}")
+        return value
+
+    @field_validator("openai_api_key", "llm_api_key", mode="before")
+    @classmethod
+    def _check_api_key(cls, value: object) -> object:
+        # `ENGRAM_OPENAI_API_KEY=` is a key left unset: as an empty key it passed the
+        # check that api.openai.com has one, and every embedding was refused 401 (a
+        # settings probe).
+        return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("database_url")
     @classmethod
@@ -370,18 +397,24 @@ class Settings(BaseSettings):
     def allowed_host_names(self) -> tuple[str, ...]:
         return tuple(part.strip() for part in self.allowed_hosts.split(",") if part.strip())
 
+    @field_validator("tenant_rate_limit")
+    @classmethod
+    def _check_tenant_rate_limit(cls, value: float) -> float:
+        problem = rate_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
     @field_validator("openai_base_url")
     @classmethod
     def _check_base_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL")
-        return value.rstrip("/")
+        return _http_url(value)
 
     @model_validator(mode="after")
     def _check_embedder(self) -> Settings:
         # Local OpenAI-compatible servers often need no key; the public one does.
         if (self.embedder == "openai" and self.openai_api_key is None
-                and "api.openai.com" in self.openai_base_url):
+                and urlsplit(self.openai_base_url).hostname == "api.openai.com"):
             raise ValueError(
                 "ENGRAM_OPENAI_API_KEY is required when ENGRAM_EMBEDDER=openai "
                 "points at api.openai.com"
@@ -436,7 +469,7 @@ class Settings(BaseSettings):
         return url
 
     def host_is_loopback(self) -> bool:
-        if self.host == "localhost":
+        if self.host.lower() == "localhost":  # names are case-blind
             return True
         try:
             return ipaddress.ip_address(self.host).is_loopback
@@ -455,18 +488,45 @@ class Settings(BaseSettings):
         return None
 
 
-def format_settings_error(exc: Exception) -> str:
-    """One line naming the bad setting, for start-up failures."""
+def _http_url(value: str) -> str:
+    """`value` without its trailing slashes, if it is an http(s) URL naming a host."""
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises for a port that is no number or out of range
+    except ValueError as exc:
+        raise ValueError(f"is not a URL: {exc}") from None
+    if parts.scheme.lower() not in ("http", "https"):
+        raise ValueError("must be an http:// or https:// URL")
+    if not parts.hostname:
+        raise ValueError("names no host (http://HOST[:PORT]/...)")
+    return value.rstrip("/")
+
+
+def format_settings_error(exc: Exception, environ: Mapping[str, str] | None = None,
+                          env_file: Path = Path(".env")) -> str:
+    """One line naming the bad setting, and `env_file` where the value came from there,
+    for start-up failures."""
     from pydantic import ValidationError
 
+    if isinstance(exc, UnicodeDecodeError):
+        # Only the settings file is read as text here; it crashed every command with a
+        # traceback (a settings probe).
+        return (f"cannot read {env_file}: it is not UTF-8 text (byte "
+                f"{exc.object[exc.start]:#04x} at offset {exc.start})")
     if isinstance(exc, ValidationError):
+        in_environ = {n.upper() for n in (os.environ if environ is None else environ)}
         parts = []
         for err in exc.errors():
             name = ".".join(str(p) for p in err["loc"])
+            # pydantic's prefix for a validator's own ValueError, which says no more.
+            message = str(err["msg"]).removeprefix("Value error, ")
             if name:
-                parts.append(f"ENGRAM_{name.upper()}: {err['msg']}")
+                variable = f"ENGRAM_{name.upper()}"
+                origin = (f" (in {env_file})" if variable not in in_environ
+                          and env_file.is_file() else "")
+                parts.append(f"{variable}{origin}: {message}")
             else:  # a rule across settings: its message names them
-                parts.append(str(err["msg"]).removeprefix("Value error, "))
+                parts.append(message)
         return "invalid setting " + "; ".join(parts)
     return f"invalid settings: {exc}"
 

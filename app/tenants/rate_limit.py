@@ -43,6 +43,21 @@ class RateLimit:
 
 NO_LIMIT = RateLimit(0.0, 0)
 
+# The slowest rate a limit may have, one request a day: slower is no rate but a ban
+# (suspend the tenant), and at 5e-324 a token's wait overflowed to infinity, whose
+# Retry-After answered 500 (a settings probe). A stored slower rate (set before this
+# bound) waits at most this long.
+MIN_PER_SECOND = 1 / 86400
+MAX_WAIT_SECONDS = 86400.0
+
+
+def rate_problem(per_second: float) -> str | None:
+    """Why `per_second` is no rate limit's, if it is not: 0 (none) or one a day to 1e6."""
+    if per_second == 0 or MIN_PER_SECOND <= per_second <= 1_000_000:
+        return None
+    return ("must be 0 (no limit) or from one request a day "
+            f"({MIN_PER_SECOND:.3g}/s) to 1000000 requests/s")
+
 # A client keeping exactly to the rate finds its token a rounding error short.
 _EPSILON = 1e-9
 
@@ -94,7 +109,7 @@ class TenantRateLimiter:
             bucket.tokens = max(0.0, bucket.tokens - 1.0)
             bucket.full_at = now + (limit.burst - bucket.tokens) / limit.per_second
             return 0.0
-        return (1.0 - bucket.tokens) / limit.per_second
+        return min((1.0 - bucket.tokens) / limit.per_second, MAX_WAIT_SECONDS)
 
     def _prune(self, now: float) -> None:
         for tenant_id in [t for t, b in self._buckets.items() if b.full_at <= now]:

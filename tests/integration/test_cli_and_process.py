@@ -227,6 +227,8 @@ async def test_a_tenants_own_limits_are_set_listed_and_given_back(
     assert meaningful_lines(missing.stderr) == ["engram: no tenant named 'no-such-tenant'"]
     for bad, why in ((["--rate", "-1"], "must be 0 to 1000000"),
                      (["--rate", "nan"], "must be 0 to 1000000"),
+                     # Its Retry-After was infinite: a 500 (a settings probe).
+                     (["--rate", "5e-324"], "from one request a day"),
                      (["--rate", "1", "--burst", "0"], "must be 1 to 1000000"),
                      (["--in-flight", "1.5"], "must be a whole number"),
                      (["--rate", "1", "--default"], "--default sets every limit"),
@@ -480,6 +482,36 @@ def test_a_port_already_taken_is_refused_before_anything_starts(tmp_path: Path) 
     assert meaningful_lines(result.stderr) == [
         f"engram: cannot listen on 127.0.0.1:{port}: Address already in use"]
     assert not (tmp_path / "data").exists()  # no embedded server was started
+
+
+def test_an_address_this_machine_lacks_is_refused_before_anything_starts(
+    tmp_path: Path,
+) -> None:
+    """Found by a settings probe: every bind's EADDRNOTAVAIL was read as a missing address
+    family and skipped, so with not one address bound the service started its workers
+    and its embedded server, said it was ready, and then failed to bind."""
+    absent = "192.0.2.1"  # TEST-NET-1 (RFC 5737): no machine has it
+    result = run_sync("serve", env=base_env(ENGRAM_HOST=absent, ENGRAM_AUTH_ENABLED="true",
+                                            ENGRAM_DATA_DIR=str(tmp_path / "data")))
+
+    assert result.returncode == 3, result.stderr
+    assert meaningful_lines(result.stderr) == [
+        f"engram: cannot listen on {absent}:8080: Cannot assign requested address"]
+    assert not (tmp_path / "data").exists()
+
+
+def test_an_env_file_that_is_not_utf8_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    """Found by a settings probe: every command crashed with a UnicodeDecodeError's
+    traceback, read while looking for misspelt names before the settings' own check."""
+    (tmp_path / ".env").write_bytes(b"ENGRAM_PORT=8080\nENGRAM_HOST=caf\xe9\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "app", "migrate"], cwd=tmp_path,
+        env={**base_env(), "PYTHONPATH": str(PROJECT_ROOT)},
+        capture_output=True, text=True, timeout=CLI_TIMEOUT, check=False)
+
+    assert done.returncode == 2, done.stderr
+    assert meaningful_lines(done.stderr) == [
+        "engram: cannot read .env: it is not UTF-8 text (byte 0xe9 at offset 32)"]
 
 
 def test_serve_against_an_unreachable_database_says_so_in_one_line(

@@ -103,6 +103,22 @@ async def test_a_tenants_own_limit_applies_at_its_next_request(
             assert await statuses(other, 6) == [200] * 5 + [429]
 
 
+async def test_a_rate_too_slow_to_wait_for_says_a_day_not_500(resources: Resources) -> None:
+    """Found by a settings probe: at 5e-324 requests/s a token's wait is infinite, and the
+    refusal's Retry-After answered 500. Settings and `tenants limit` now refuse such a rate;
+    one stored before that waits a day."""
+    tenant = await create_tenant_key(resources)
+    await set_limits(resources.engine, tenant.name,
+                     LimitChange(rate=RateLimit.of(5e-324, None)))
+    async with make_client(resources, tenant.headers) as client:
+        assert await statuses(client, 1) == [200]
+        refused = await client.get("/v1/memories")
+
+    assert refused.status_code == 429, refused.text
+    assert refused.headers["retry-after"] == "86400"
+    assert "retry in 86400.00 s" in refused.json()["detail"]
+
+
 async def test_with_auth_off_the_default_tenant_has_the_services_limit(
     resources: Resources, database_url: str,
 ) -> None:

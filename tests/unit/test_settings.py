@@ -395,3 +395,108 @@ def test_allowed_hosts_are_names_without_ports_or_schemes(value: str) -> None:
 def test_allowed_hosts_are_read_as_a_list() -> None:
     assert load(allowed_hosts=" a.example, [::1],*, ").allowed_host_names == (
         "a.example", "[::1]", "*")
+
+
+# --- found by a settings probe -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "value", "says"), [
+    # 1/5e-324 is infinity: the Retry-After of a refused request answered 500.
+    ("ENGRAM_TENANT_RATE_LIMIT", "5e-324", "one request a day"),
+    ("ENGRAM_TENANT_RATE_LIMIT", "0.00001", "one request a day"),
+    # An idle service spun a core.
+    ("ENGRAM_EMBEDDED_WATCH_SECONDS", "1e-6", "0 (never) or at least 0.1"),
+    ("ENGRAM_EXPIRED_PURGE_SECONDS", "1e-6", "greater than or equal to 0.1"),
+    ("ENGRAM_TERM_STATS_FOLD_SECONDS", "0.01", "greater than or equal to 0.1"),
+    ("ENGRAM_SESSION_RETRY_SECONDS", "1e-9", "greater than or equal to 0.1"),
+    ("ENGRAM_SESSION_PROBE_SECONDS", "1e-9", "greater than or equal to 0.1"),
+    # A URL with no host was taken, and every call failed at request time.
+    ("ENGRAM_LLM_BASE_URL", "http://", "names no host"),
+    ("ENGRAM_OPENAI_BASE_URL", "https:///v1", "names no host"),
+    ("ENGRAM_OPENAI_BASE_URL", "http://h:99999/v1", "is not a URL"),
+    ("ENGRAM_LLM_BASE_URL", "ftp://h/v1", "http:// or https://"),
+    # A blank model name was sent as is.
+    ("ENGRAM_OPENAI_EMBEDDING_MODEL", "   ", "must name a model"),
+    ("ENGRAM_LLM_MODEL", "", "must name a model"),
+])
+def test_a_value_no_service_can_run_with_is_named(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, says: str
+) -> None:
+    monkeypatch.setenv(name, value)
+
+    with pytest.raises(ValidationError) as caught:
+        load()
+
+    message = format_settings_error(caught.value)
+    assert message.startswith(f"invalid setting {name}: ")
+    assert says in message
+    assert "Value error" not in message
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("ENGRAM_TENANT_RATE_LIMIT", "0"),
+    ("ENGRAM_TENANT_RATE_LIMIT", str(1 / 86400)),
+    ("ENGRAM_EMBEDDED_WATCH_SECONDS", "0"),
+    ("ENGRAM_EMBEDDED_WATCH_SECONDS", "0.1"),
+    ("ENGRAM_EXPIRED_PURGE_SECONDS", "0.1"),
+    ("ENGRAM_OPENAI_BASE_URL", "HTTPS://api.example.com/v1"),
+    ("ENGRAM_LLM_BASE_URL", "http://[::1]:8000/v1/"),
+])
+def test_the_edge_of_each_bound_is_taken(monkeypatch: pytest.MonkeyPatch, name: str,
+                                         value: str) -> None:
+    monkeypatch.setenv(name, value)
+
+    load()
+
+
+@pytest.mark.parametrize("key", ["", "   "])
+@pytest.mark.parametrize("url", ["https://api.openai.com/v1", "https://API.OpenAI.com/v1"])
+def test_a_blank_key_for_the_public_openai_is_no_key(monkeypatch: pytest.MonkeyPatch,
+                                                     key: str, url: str) -> None:
+    """`ENGRAM_OPENAI_API_KEY=` passed the check that api.openai.com has a key (and so did
+    any key with the host spelt in capitals), and every embedding was refused."""
+    monkeypatch.setenv("ENGRAM_EMBEDDER", "openai")
+    monkeypatch.setenv("ENGRAM_OPENAI_BASE_URL", url)
+    monkeypatch.setenv("ENGRAM_OPENAI_API_KEY", key)
+
+    with pytest.raises(ValidationError) as caught:
+        load()
+
+    assert "ENGRAM_OPENAI_API_KEY is required" in format_settings_error(caught.value)
+
+
+def test_a_blank_llm_key_is_no_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENGRAM_LLM_API_KEY", " ")
+
+    assert load().llm_api_key is None
+
+
+@pytest.mark.parametrize("host", ["LOCALHOST", "LocalHost"])
+def test_localhost_in_any_case_is_loopback(host: str) -> None:
+    assert load(host=host).startup_problem() is None
+
+
+def test_a_bad_value_from_the_env_file_says_it_came_from_there(tmp_path: Path) -> None:
+    env_file = tmp_path / ".env"
+    env_file.write_text("ENGRAM_PORT=eighty\n")
+
+    with pytest.raises(ValidationError) as caught:
+        Settings(_env_file=env_file)  # type: ignore[call-arg]
+
+    assert format_settings_error(caught.value, environ={}, env_file=env_file).startswith(
+        f"invalid setting ENGRAM_PORT (in {env_file}): ")
+    # From the environment, where it overrides the file, it is named plainly.
+    assert format_settings_error(caught.value, environ={"ENGRAM_PORT": "eighty"},
+                                 env_file=env_file).startswith("invalid setting ENGRAM_PORT: ")
+
+
+def test_an_env_file_that_is_not_utf8_is_named_in_one_line(tmp_path: Path) -> None:
+    env_file = tmp_path / ".env"
+    env_file.write_bytes(b"ENGRAM_PORT=8080\nENGRAM_HOST=caf\xe9\n")
+
+    for read in (lambda: unknown_settings({}, env_file),
+                 lambda: Settings(_env_file=env_file)):  # type: ignore[call-arg]
+        with pytest.raises(UnicodeDecodeError) as caught:
+            read()
+        assert format_settings_error(caught.value, env_file=env_file) == (
+            f"cannot read {env_file}: it is not UTF-8 text (byte 0xe9 at offset 32)")

@@ -6,7 +6,14 @@ import uuid
 
 import pytest
 
-from app.tenants.rate_limit import NO_LIMIT, RateLimit, TenantRateLimiter
+from app.tenants.rate_limit import (
+    MAX_WAIT_SECONDS,
+    MIN_PER_SECOND,
+    NO_LIMIT,
+    RateLimit,
+    TenantRateLimiter,
+    rate_problem,
+)
 
 
 class Clock:
@@ -114,3 +121,18 @@ def test_full_buckets_are_forgotten_once_there_are_many(monkeypatch: pytest.Monk
     assert len(lim) == 2  # B and the newcomer
     # A forgotten tenant starts from a full bucket, as it would have had.
     assert admitted(lim, tenants[0], 3, lim.default) == 2
+
+
+@pytest.mark.parametrize("per_second", [5e-324, 1e-300, 1e-9])
+def test_a_wait_is_at_most_a_day_however_slow_the_rate(per_second: float) -> None:
+    """1/5e-324 is infinity, whose Retry-After answered 500 (a settings probe)."""
+    lim, _ = limiter(per_second, 1)
+    assert lim.take(A, lim.default) == 0.0
+    assert lim.take(A, lim.default) == MAX_WAIT_SECONDS == 86400.0
+
+
+@pytest.mark.parametrize(("per_second", "ok"), [
+    (0.0, True), (MIN_PER_SECOND, True), (1.0, True), (1_000_000.0, True),
+    (MIN_PER_SECOND / 2, False), (5e-324, False), (-1.0, False), (1_000_001.0, False)])
+def test_a_rate_is_none_or_one_a_day_to_a_million(per_second: float, ok: bool) -> None:
+    assert (rate_problem(per_second) is None) is ok
