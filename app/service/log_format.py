@@ -12,6 +12,8 @@ import re
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+import asyncpg
+
 from app.errors import describe, is_connection_failure
 from app.service.request_id import RequestIdFilter
 
@@ -63,17 +65,37 @@ class PoolOutageFilter(logging.Filter):
     """asyncpg's pool, failing to reconnect its idle connections while the database is
     down, as one line per retry: it logs each with a traceback (backing off from 1 s to
     a minute), pages of it for an outage the service rides out (requests answer 503
-    database_unavailable meanwhile). Any other failure keeps its traceback."""
+    database_unavailable meanwhile); and pgqueuer's failed flush of a lost connection.
+    Any other failure keeps its traceback."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.name == "asyncpg.pool" and record.exc_info and record.exc_info[1] \
-                and is_connection_failure(record.exc_info[1]):
-            exc = record.exc_info[1]
-            said = record.getMessage().replace("%", "%%")
-            record.msg = f"{said}: the database cannot be reached (%s)"
-            record.args = (describe(exc),)
-            record.exc_info, record.exc_text = None, None
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is None:
+            return True
+        if record.name == "asyncpg.pool" and is_connection_failure(exc):
+            self._one_line(record, exc)
+        elif (record.name == "pgqueuer" and isinstance(record.msg, str)
+              and record.msg.startswith("Flush failed")
+              and _lost_connection(exc)):
+            # pgqueuer's worker flushing its heartbeats on the connection the database
+            # dropped: an ERROR and a traceback at every failover, next to the service's
+            # own WARNING that the worker lost its connection; only heartbeats are lost.
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            self._one_line(record, exc)
         return True
+
+    @staticmethod
+    def _one_line(record: logging.LogRecord, exc: BaseException) -> None:
+        said = record.getMessage().replace("%", "%%")
+        record.msg = f"{said}: the database cannot be reached (%s)"
+        record.args = (describe(exc),)
+        record.exc_info, record.exc_text = None, None
+
+
+def _lost_connection(exc: BaseException) -> bool:
+    # asyncpg's word for a call on a connection already closed, which has no SQLSTATE.
+    return is_connection_failure(exc) or (
+        isinstance(exc, asyncpg.InterfaceError) and "connection is closed" in str(exc))
 
 
 class RefusedStartFilter(logging.Filter):

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+import asyncpg
 import pytest
 
 from app.errors import log_failed_round
@@ -203,6 +204,44 @@ def test_the_pool_failing_to_reconnect_during_an_outage_logs_one_line() -> None:
     assert entry["message"] == ("Failed to restore the pool connection floor; retrying: the "
                                 "database cannot be reached (ConnectionRefusedError: [Errno "
                                 "111] Connect call failed)")
+
+
+def queue_flush_failure(exc: BaseException) -> logging.LogRecord:
+    """The record pgqueuer's buffers log when a flush fails (`logger.exception`)."""
+    try:
+        raise exc
+    except BaseException:
+        rec = record("pgqueuer", "Flush failed, requeuing %d items", 3)
+        rec.levelno, rec.levelname = logging.ERROR, "ERROR"
+        rec.exc_info = sys.exc_info()
+    return rec
+
+
+@pytest.mark.parametrize("lost", [
+    asyncpg.InterfaceError("connection is closed"),
+    asyncpg.exceptions.ConnectionDoesNotExistError(
+        "connection was closed in the middle of operation"),
+])
+def test_the_queue_flushing_on_a_lost_connection_is_one_warning(lost: Exception) -> None:
+    """Seen at every failover in the suite: pgqueuer's heartbeat flush on the worker's
+    dropped connection logged an ERROR and its traceback, beside the service's own
+    WARNING that the worker lost its connection."""
+    rec = queue_flush_failure(lost)
+    assert PoolOutageFilter().filter(rec)
+    entry = formatted(rec)
+    assert "exception" not in entry
+    assert entry["level"] == "WARNING"
+    assert entry["message"].startswith(
+        "Flush failed, requeuing 3 items: the database cannot be reached (")
+
+
+def test_the_queue_failing_to_flush_for_another_reason_keeps_its_traceback() -> None:
+    rec = queue_flush_failure(ValueError("bad heartbeat"))
+    assert PoolOutageFilter().filter(rec)
+    entry = formatted(rec)
+    assert entry["level"] == "ERROR"
+    assert "ValueError: bad heartbeat" in entry["exception"]
+    assert entry["message"] == "Flush failed, requeuing 3 items"
 
 
 def test_a_timeout_is_named_where_it_has_no_words() -> None:
