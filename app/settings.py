@@ -116,7 +116,10 @@ class Settings(BaseSettings):
     migration_lock_timeout_seconds: float = Field(default=10.0, ge=0, le=3600)
     # Embedded PostgreSQL sizing; None means "derive from this machine's memory".
     embedded_shared_buffers_mb: int | None = Field(default=None, ge=16)
-    embedded_maintenance_work_mem_mb: int | None = Field(default=None, ge=16)
+    # At most PostgreSQL's own largest (2147483647 kB); a start refuses more than the
+    # machine's memory too (app/embedded_db.py).
+    embedded_maintenance_work_mem_mb: int | None = Field(default=None, ge=16,
+                                                         le=2147483647 // 1024)
     # How often the service checks that the embedded server still runs, and starts it
     # again if not (0: never).
     embedded_watch_seconds: float = Field(default=5.0, ge=0, le=3600)

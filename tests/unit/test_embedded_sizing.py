@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from app.embedded_db import _machine_memory_mb, default_sizing
+from app.embedded_db import (
+    PG_MAX_MAINTENANCE_MB,
+    EmbeddedSettingRefused,
+    _machine_memory_mb,
+    _setting_kb,
+    check_maintenance_work_mem,
+    default_sizing,
+)
 
 
 def physical_mb() -> int:
@@ -43,3 +50,24 @@ def test_a_two_gib_container_gets_buffers_sized_for_two_gib(tmp_path: Path) -> N
 
 def test_no_cgroup_files_leave_the_physical_memory(tmp_path: Path) -> None:
     assert _machine_memory_mb((tmp_path / "none",)) == physical_mb() > 0
+
+
+def test_maintenance_memory_is_bounded_by_the_machines_and_by_postgresqls_range() -> None:
+    check_maintenance_work_mem(2048, 2048)
+    with pytest.raises(EmbeddedSettingRefused, match=(
+            r"^ENGRAM_EMBEDDED_MAINTENANCE_WORK_MEM_MB=2049 is more than this machine's "
+            r"2048 MiB; the embedded PostgreSQL takes at most 2048 MiB \(unset, 128 MiB\)$")):
+        check_maintenance_work_mem(2049, 2048)
+    check_maintenance_work_mem(PG_MAX_MAINTENANCE_MB, 2**23)
+    with pytest.raises(EmbeddedSettingRefused, match="more than PostgreSQL's largest, 2097151"):
+        check_maintenance_work_mem(PG_MAX_MAINTENANCE_MB + 1, 2**23)
+
+
+@pytest.mark.parametrize(("shown", "kb"), [
+    (" 1536MB\n", 1536 * 1024), ("1GB", 2**20), ("2TB", 2 * 2**30), ("1500kB", 1500),
+    ("maintenance_work_mem\n----------------------\n 64MB\n(1 row)\n", 64 * 1024),
+    ("", None),
+])
+def test_a_memory_setting_is_read_from_show_in_any_of_its_units(shown: str,
+                                                                kb: int | None) -> None:
+    assert _setting_kb(shown) == kb

@@ -155,6 +155,20 @@ def test_an_out_of_range_port_is_refused(monkeypatch: pytest.MonkeyPatch, port: 
     assert "ENGRAM_PORT" in message
 
 
+def test_maintenance_memory_past_postgresqls_range_is_refused_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # PostgreSQL refused it only once the shared buffers had been written beside it.
+    monkeypatch.setenv("ENGRAM_EMBEDDED_MAINTENANCE_WORK_MEM_MB", "3000000")
+
+    with pytest.raises(ValidationError) as caught:
+        load()
+
+    message = format_settings_error(caught.value)
+    assert message.startswith("invalid setting ENGRAM_EMBEDDED_MAINTENANCE_WORK_MEM_MB: ")
+    assert "2097151" in message
+
+
 def test_several_bad_settings_still_give_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ENGRAM_PORT", "x")
     monkeypatch.setenv("ENGRAM_EMBEDDER", "gpt-9")
