@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any
 from urllib.parse import unquote, unquote_to_bytes
 
@@ -11,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth import Caller, current_caller
 from app.db import request_session
-from app.errors import PROBLEM_JSON, ValidationFailed
+from app.errors import NOT_UTF8_BODY, PROBLEM_JSON, ValidationFailed, json_content_type
 
 SessionDep = Annotated[AsyncSession, Depends(request_session, scope="function")]
 CallerDep = Annotated[Caller, Depends(current_caller)]
@@ -22,10 +23,32 @@ async def check_params(request: Request) -> None:
     router (each dependency costs FastAPI ~9 us a request); `async` so that FastAPI runs
     it on the event loop, not on a worker thread (a hand-off per request)."""
     refuse_undecodable_params(request)  # the path's too
+    await refuse_body_not_utf8(request)
     if not request.scope.get("query_string"):
         return  # most requests (a search, a create) have none
     refuse_repeated_params(request)
     refuse_params_where_none_are_taken(request)
+
+
+# What `json.loads` reads bytes as, by `json.detect_encoding`, when they are UTF-8.
+_UTF8 = frozenset({"utf-8", "utf-8-sig"})
+
+
+async def refuse_body_not_utf8(request: Request) -> None:
+    """A JSON body in UTF-16 or UTF-32 is refused as one in Latin-1 is (RFC 8259 8.1:
+    JSON exchanged is UTF-8). Python's parser, given bytes, reads them as UTF-16 or -32
+    when they begin with that BOM or with NULs, so such a body was read and stored. A
+    UTF-8 BOM it skips, which RFC 8259 allows. The parser has run by now (FastAPI reads
+    the body before any dependency) and nothing of the body has been acted on; its guess
+    is repeated on the first 4 bytes, all it looks at, so the cost is the same for any
+    body."""
+    if getattr(request.scope.get("route"), "body_field", None) is None:
+        return  # the route takes no body, so FastAPI has neither read nor parsed one
+    body = await request.body()  # kept by the request since FastAPI read it
+    encoding = json.detect_encoding(body[:4])
+    if encoding in _UTF8 or not json_content_type(request.headers.get("content-type")):
+        return  # another type's body FastAPI passes on unparsed, and refuses as not JSON
+    raise ValidationFailed.on("body", f"{NOT_UTF8_BODY}: it looks like {encoding.upper()}")
 
 
 # Whether a route declares any query parameter, kept on the route (routes are not

@@ -313,9 +313,10 @@ def validation_errors(raw: Sequence[Any], body: Any = None) -> list[FieldError]:
 
 
 _NOT_JSON = "must be JSON, sent with Content-Type: application/json"
+NOT_UTF8_BODY = "is not valid UTF-8 (JSON must be UTF-8)"
 
 
-def _json_content_type(value: str | None) -> bool:
+def json_content_type(value: str | None) -> bool:
     """Whether FastAPI parses a body sent with this Content-Type as JSON. Not with none
     at all since 0.132 (`strict_content_type`, kept on: a browser sends a body without
     one, and without a CORS preflight, to a service on localhost with auth off)."""
@@ -334,7 +335,7 @@ def _unreadable_body(exc: StarletteHTTPException) -> str | None:
         return None
     cause = exc.__cause__
     if isinstance(cause, UnicodeDecodeError):
-        return "is not valid UTF-8 (JSON must be UTF-8)"
+        return NOT_UTF8_BODY
     if isinstance(cause, RecursionError):
         return "is nested too deeply to be read"
     if isinstance(cause, ValueError) and "digits" in str(cause):
@@ -547,7 +548,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = validation_errors(exc.errors(), exc.body)
-        if not _json_content_type(request.headers.get("content-type")):
+        if not json_content_type(request.headers.get("content-type")):
             # FastAPI reads such a body as bytes, and the error said it "should be a
             # valid dictionary", which sends the client looking at its JSON.
             errors = [FieldError(field="body", message=_NOT_JSON) if e.field == "body" else e

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import codecs
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -564,6 +565,77 @@ async def test_a_body_that_is_not_utf8_is_422_naming_body_and_changes_nothing(
     assert (await client.get(f"/v1/memories/{created['id']}")).json() == created
     listed = (await client.get("/v1/memories")).json()["items"]
     assert [m["id"] for m in listed] == [created["id"]]
+
+
+# Python's parser, given bytes, guesses UTF-16 and UTF-32 from a BOM or the NULs of the
+# first characters, so each of these was read and stored (a probe).
+NOT_UTF8_ENCODINGS = [
+    pytest.param(codecs.BOM_UTF16_LE, "utf-16-le", id="utf-16-le-bom"),
+    pytest.param(codecs.BOM_UTF16_BE, "utf-16-be", id="utf-16-be-bom"),
+    pytest.param(b"", "utf-16-le", id="utf-16-le"),
+    pytest.param(b"", "utf-16-be", id="utf-16-be"),
+    pytest.param(codecs.BOM_UTF32_LE, "utf-32-le", id="utf-32-le-bom"),
+    pytest.param(codecs.BOM_UTF32_BE, "utf-32-be", id="utf-32-be-bom"),
+    pytest.param(b"", "utf-32-le", id="utf-32-le"),
+    pytest.param(b"", "utf-32-be", id="utf-32-be"),
+]
+
+
+def encoded(body: dict[str, Any], bom: bytes, encoding: str) -> dict[str, Any]:
+    return {"content": bom + json.dumps(body).encode(encoding),
+            "headers": {"content-type": "application/json"}}
+
+
+@pytest.mark.parametrize(("bom", "encoding"), NOT_UTF8_ENCODINGS)
+async def test_a_create_in_utf16_or_utf32_is_422_naming_body_and_stores_nothing(
+    client: httpx.AsyncClient, bom: bytes, encoding: str
+) -> None:
+    resp = await client.post("/v1/memories", **encoded({"content": "café"}, bom, encoding))
+    problem = assert_validation_problem(resp, "body")
+    assert "not valid UTF-8" in problem["detail"]
+    await assert_nothing_written(client)
+
+
+@pytest.mark.parametrize(("bom", "encoding"), NOT_UTF8_ENCODINGS)
+async def test_a_search_in_utf16_or_utf32_is_422_naming_body(
+    client: httpx.AsyncClient, bom: bytes, encoding: str
+) -> None:
+    resp = await client.post("/v1/search", **encoded({"query": "café"}, bom, encoding))
+    problem = assert_validation_problem(resp, "body")
+    assert "not valid UTF-8" in problem["detail"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        pytest.param("POST", "/v1/memories/batch", {"items": [{"content": "x"}]}, id="batch"),
+        pytest.param("PATCH", "/v1/memories/{id}", {"content": "changed"}, id="patch"),
+        pytest.param("POST", "/v1/consolidations", {"user_id": "u"}, id="consolidation"),
+        pytest.param("POST", "/v1/sessions/s/turns", {"role": "user", "content": "hi"},
+                     id="turn"),
+    ],
+)
+async def test_every_body_in_utf16_is_422_naming_body_and_changes_nothing(
+    client: httpx.AsyncClient, method: str, path: str, body: dict[str, Any]
+) -> None:
+    created = await create(client)
+    resp = await client.request(method, path.format(id=created["id"]),
+                                **encoded(body, b"", "utf-16-le"))
+    problem = assert_validation_problem(resp, "body")
+    assert "not valid UTF-8" in problem["detail"]
+    assert (await client.get(f"/v1/memories/{created['id']}")).json() == created
+    listed = (await client.get("/v1/memories")).json()["items"]
+    assert [m["id"] for m in listed] == [created["id"]]
+    assert (await client.get("/v1/sessions")).json()["items"] == []
+    assert (await client.get("/v1/consolidations")).json()["items"] == []
+
+
+async def test_a_utf8_body_may_begin_with_a_bom(client: httpx.AsyncClient) -> None:
+    """RFC 8259 8.1 lets a parser ignore one; it is not part of the text."""
+    resp = await client.post("/v1/memories", content=codecs.BOM_UTF8 + '{"content": "café"}'
+                             .encode(), headers={"content-type": "application/json"})
+    assert resp.status_code == 201, resp.text
+    assert resp.json()["content"] == "café"
 
 
 DEEP = '{"a": ' * 5000 + "1" + "}" * 5000
