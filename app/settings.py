@@ -354,8 +354,7 @@ class Settings(BaseSettings):
     @classmethod
     def _check_api_key(cls, value: object) -> object:
         # `ENGRAM_OPENAI_API_KEY=` is a key left unset: as an empty key it passed the
-        # check that api.openai.com has one, and every embedding was refused 401 (a
-        # settings probe).
+        # check that api.openai.com has one (a settings probe).
         return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("database_url")

@@ -454,7 +454,7 @@ def test_the_edge_of_each_bound_is_taken(monkeypatch: pytest.MonkeyPatch, name: 
 def test_a_blank_key_for_the_public_openai_is_no_key(monkeypatch: pytest.MonkeyPatch,
                                                      key: str, url: str) -> None:
     """`ENGRAM_OPENAI_API_KEY=` passed the check that api.openai.com has a key (and so did
-    any key with the host spelt in capitals), and every embedding was refused."""
+    no key with the host spelt in capitals)."""
     monkeypatch.setenv("ENGRAM_EMBEDDER", "openai")
     monkeypatch.setenv("ENGRAM_OPENAI_BASE_URL", url)
     monkeypatch.setenv("ENGRAM_OPENAI_API_KEY", key)
