@@ -521,6 +521,10 @@ async def seed(
         }
     finally:
         await conn.close()
+    # The rows were written outside the service, so no model was recorded for their
+    # vectors, and since 2026-12-01 a start re-embeds the newest rows to check: the
+    # cheaper half's vectors do not match, and the service refused to start.
+    await ing.adopt_vector_space(url, "local")
     return out
 
 
