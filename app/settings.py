@@ -227,6 +227,11 @@ class Settings(BaseSettings):
     # ranked by its length alone on that word, and the fusion's places turned that into a
     # third of the score. It still matches. 1 turns it off.
     search_text_common_share: float = Field(default=0.5, gt=0, le=1)
+    # A tenant holding at least this share of the table's rows finds its rare-term rows
+    # by the terms' full-text index entries alone, and its own rows among them on the
+    # heap, instead of intersecting the terms with its key inside the index (which reads
+    # all of the tenant's entries). 0: always; 1: only a tenant holding every row.
+    search_text_keyless_share: float = Field(default=0.75, ge=0, le=1)
     # One result stands for every copy of the same text in the same owner's hands
     # (app/search/duplicate_key.py), so facts stated again do not fill the results; false
     # answers each copy.

@@ -36,6 +36,7 @@ def build_limits(settings: Settings) -> RetrievalLimits:
         text_match_cap=settings.search_text_match_cap,
         text_max_df=settings.search_text_max_df,
         text_common_share=settings.search_text_common_share,
+        text_keyless_share=settings.search_text_keyless_share,
         bm25_k1=settings.search_bm25_k1,
         bm25_b=settings.search_bm25_b,
     )

@@ -878,21 +878,29 @@ async def test_a_small_scope_of_a_large_tenant_still_returns_top_k(
         assert rows == {"exact": 40, "ann": 0, "hnsw_index": 0}
 
 
-@pytest.mark.parametrize("user", ["target", None])
+@pytest.mark.parametrize("scope", ["user", "tenant", "tenant holding most rows"])
 async def test_a_large_scope_finds_its_text_matches_through_the_scoped_index(
     hnsw_resources: Resources, tenant: TenantKey, other_tenant: TenantKey,
-    search_statements: list[tuple[str, tuple[Any, ...]]], user: str | None,
+    search_statements: list[tuple[str, tuple[Any, ...]]], scope: str,
 ) -> None:
     """A large scope's rare-term rows come out of ix_memories_tsv_scope with the tenant (and
     tenant/user) keys in its index condition, in the generic plan the service runs: the
     other users' and the other tenant's rows holding the term are dropped inside GIN and
-    never read from the heap. And the scope is known to be large from term_stats (the
-    tenant's rows, a user's count), without reading or counting its rows."""
+    never read from the heap. A tenant holding most of the table
+    (`search_text_keyless_share`, here 0 so as not to depend on what else the suite's
+    table holds) is matched by the terms alone, and the other tenant's rows holding them,
+    out of the index, are dropped on the heap. And the scope is known to be large from
+    term_stats (the tenant's rows, a user's count), without reading or counting its rows."""
+    user = "target" if scope == "user" else None
+    keyless = scope == "tenant holding most rows"
+    resources = replace(hnsw_resources, settings=hnsw_resources.settings.model_copy(
+        update={"search_text_keyless_share": 0.0 if keyless else 1.0}))
     rows = [{"content": f"kayak trip number {i}", "user_id": "target" if i % 3 == 0
              else f"other{i}"} for i in range(30)]
-    async with make_client(hnsw_resources, other_tenant.headers) as c:
-        await seed(c, [{"content": f"kayak trip {i}", "user_id": "target"} for i in range(20)])
-    async with make_client(hnsw_resources, tenant.headers) as c:
+    async with make_client(resources, other_tenant.headers) as c:
+        others = await seed(c, [{"content": f"kayak trip {i}", "user_id": "target"}
+                                for i in range(20)])
+    async with make_client(resources, tenant.headers) as c:
         created = await seed(c, rows)
         # Enough other rows that scanning the table or a whole scope index costs more than
         # the GIN index, as in any real store (on a handful of rows the planner rightly
@@ -900,25 +908,32 @@ async def test_a_large_scope_finds_its_text_matches_through_the_scoped_index(
         for batch in range(4):
             await seed(c, [{"content": f"filler note {batch} {i}", "user_id": f"u{i % 50}"}
                            for i in range(1000)])
-        await vacuum_analyze(hnsw_resources)
+        await vacuum_analyze(resources)
         search_statements.clear()
         answer = await search(c, "kayak", user_id=user, top_k=50, explain=True)
 
     expected = {m["id"] for m in created if user is None or m["user_id"] == user}
     if user is not None:
         assert {r["memory"]["user_id"] for r in answer["results"]} == {user}
+    assert not {m["id"] for m in others} & set(ids_of(answer))
     [(statement, args)] = [(s, a) for s, a in search_statements if "rare_terms" in s]
-    plan, [(small, text_ids, *_)] = await generic_plan(hnsw_resources, statement, args,
+    plan, [(small, text_ids, *_)] = await generic_plan(resources, statement, args,
                                                       "rare_terms")
     assert small is False
     assert {str(i) for i in text_ids} == expected
-    [scan] = [n for n in plan_nodes(plan) if n.get("Index Name") == "ix_memories_tsv_scope"]
+    scans = [n for n in plan_nodes(plan) if n.get("Index Name") == "ix_memories_tsv_scope"]
+    [scan] = [n for n in scans if n["Actual Loops"]]
     condition = scan["Index Cond"]
     assert "tsv @@" in condition
-    assert ("(tenant_id)::text = " in condition) == (user is None)
+    assert ("(tenant_id)::text = " in condition) == (scope == "tenant")
     assert ("|| (user_id)::text" in condition) == (user is not None)
-    # Only the scope's rows with the term left the index.
-    assert scan["Actual Rows"] == len(expected)
+    if keyless:
+        # The other tenant's 20 rows holding the term left the index too (and whatever
+        # else of the suite's table holds it), and the heap kept only the tenant's.
+        assert scan["Actual Rows"] >= len(expected) + len(others)
+    else:
+        # Only the scope's rows with the term left the index.
+        assert scan["Actual Rows"] == len(expected)
     assert not [n for n in plan_nodes(plan) if n.get("Index Name") == "ix_memories_tsv"]
     [probe] = [n for n in plan_nodes(plan) if n.get("Subplan Name") == "CTE small"]
     reads = [n for n in plan_nodes(probe) if n.get("Relation Name") == "memories"
