@@ -8,9 +8,10 @@ archived, not expired):
   needed); a larger one with the tenant's, from `term_stats` (kept by triggers), so no
   query counts thousands of matches. There at most `text_match_cap` rows are scored,
   found on the GIN index through the query's rarest terms (an index keyed by tenant and
-  user as well, so other scopes' rows are dropped inside it; for a user, a term's rows
-  are estimated as its tenant's times the user's share, see `_scope_share`), so a query
-  of common words cannot make the tail grow with the table.
+  user as well, so other scopes' rows are dropped inside it, except for a tenant holding
+  most of the table, see `_rare_term_keys`; for a user, a term's rows are estimated as
+  its tenant's times the user's share, see `_scope_share`), so a query of common words
+  cannot make the tail grow with the table.
 - Vector (`candidates`): a small scope is ranked by exact cosine distance over the btree
   on the scope (`+ 0` keeps the planner off the HNSW index, which returns too few rows
   for a small scope), and so is a larger scope too small a share of the HNSW index for
