@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from app.consolidation.ops.base import OpError, require_llm
 from app.consolidation.ops.prompts import ENTRY_SYSTEM, entry_prompt
-from app.consolidation.ops.text import LinePacker, bullet, clean_llm_text, clip
+from app.consolidation.ops.text import LinePacker, bullet, clean_llm_text
 from app.consolidation.selectors.base import chronological
 from app.consolidation.types import Entry, OpContext, OpResult
 from app.providers.llm import LLMClient, LLMError
@@ -17,8 +17,9 @@ class Abstractive:
     """One LLM call per entry (at most `max_concurrency` at once), one bullet each,
     oldest first, packed whole under `max_chars`.
 
-    An entry whose call fails or answers nothing is not represented and stays for the
-    next run; when no entry gets a summary the op fails with the first error.
+    An entry whose call fails, answers nothing or answers more than fits as a bullet is
+    not represented and stays for the next run; when no entry gets a summary the op
+    fails with the first error.
     """
 
     max_chars: int = 4000
@@ -75,5 +76,10 @@ async def _summarise(
     text = clean_llm_text(answer)
     if not text:
         return OpError("llm_empty_answer", "the LLM answered an empty summary")
-    # Room for the "- " of the bullet, so one long answer cannot shut its entry out.
-    return clip(text, limit - 2)
+    # Room for the "- " of the bullet. Cut, the summary would lose what the entry held
+    # past the limit while its source was archived (until 2026-12-04 it did).
+    if len(text) > limit - 2:
+        return OpError("llm_answer_too_long",
+                       f"the LLM answered {len(text)} characters for one entry, "
+                       f"at most {limit - 2} fit")
+    return text

@@ -15,9 +15,11 @@ ENTRY_SYSTEM = (
 )
 
 
-def synthesis_header(category: str, count: int) -> str:
-    """What precedes the bullets; a blank line separates them."""
-    return f"Category: {category}\n{count} memories, oldest first:\n\n"
+def synthesis_header(category: str, count: int, limit: int) -> str:
+    """What precedes the bullets; a blank line separates them. The limit is said because
+    a longer answer is not kept (llm_synthesis falls back)."""
+    return (f"Category: {category}\nAnswer in at most {limit} characters.\n"
+            f"{count} memories, oldest first:\n\n")
 
 
 def entry_prompt(category: str, content: str) -> str:

@@ -95,6 +95,38 @@ async def test_llm_failures_fall_back_to_concatenation(
         "fallback:concatenate", reason, "written")
 
 
+async def test_an_llm_answer_past_the_limit_archives_nothing_it_lost(
+    llm_client: httpx.AsyncClient, llm_server: FakeLLMServer,
+) -> None:
+    """Found by an exploratory probe: an answer past `max_chars` was cut and every source
+    archived, so the fact past the cut (a passport number) was found by no search."""
+    ids = await seed(llm_client, [
+        memory("Alice's passport number is 98765.", 0),
+        memory("Alice likes green tea.", 1),
+        memory("Alice lives in Paris.", 2),
+        memory("Alice met Bob in Lyon.", 3, importance=0.9),
+    ])
+    llm_server.script(Reply("Alice discussed many things. " * 40
+                            + "Alice's passport number is 98765."))
+
+    run = await consolidate(llm_client, user_id="u1", op={"name": "llm_synthesis",
+                                                          "max_chars": 1000})
+
+    [group] = run["groups"]
+    assert "Answer in at most 1000 characters." in \
+        llm_server.requests[0].messages[1]["content"]
+    assert (group["mode"], group["outcome"]) == ("fallback:concatenate", "written")
+    assert group["detail"].startswith("llm_answer_too_long: ")
+    assert group["removed_ids"] == ids[:3]
+    [summary] = await summaries(llm_client, user_id="u1")
+    assert "98765" in summary["content"]
+    found = await llm_client.post("/v1/search", json={"query": "Alice passport number",
+                                                      "user_id": "u1"})
+    assert found.status_code == 200, found.text
+    # The only active memory holding it (the kept one is about Bob).
+    assert summary["id"] in [r["memory"]["id"] for r in found.json()["results"]]
+
+
 async def test_a_prompt_cap_folds_only_what_fit_and_the_next_run_takes_the_rest(
     llm_client: httpx.AsyncClient, llm_server: FakeLLMServer,
 ) -> None:

@@ -259,6 +259,20 @@ async def test_abstractive_leaves_out_entries_whose_call_failed_or_came_back_emp
     assert result.detail == "2 entries not summarised: llm_http_error"
 
 
+async def test_abstractive_leaves_out_an_entry_whose_summary_is_past_the_limit() -> None:
+    # Found by an exploratory probe: a summary past the limit was cut, and its entry
+    # archived with whatever the cut dropped. Now the entry stays for the next run.
+    llm = FakeLLM.scripted(["Alice lives in Berlin.", "tea " * 20, "Bob at 10:30.",
+                            "Alice, again."])
+
+    result = await Abstractive(max_chars=60).consolidate(GROUP, "travel",
+                                                         OpContext(llm=llm))
+
+    assert result.summary == "- Alice lives in Berlin.\n- Bob at 10:30.\n- Alice, again."
+    assert result.represented_ids == uid(1, 3, 4)
+    assert result.detail == "1 entries not summarised: llm_answer_too_long"
+
+
 async def test_abstractive_fails_with_the_llm_error_when_nothing_was_summarised() -> None:
     llm = FakeLLM.scripted([llm_error("llm_timeout")] * 4)
 
@@ -286,7 +300,7 @@ async def test_abstractive_without_an_llm_is_an_op_error() -> None:
 # llm_synthesis ------------------------------------------------------------------------
 
 FULL_PROMPT = (
-    "Category: travel\n4 memories, oldest first:\n\n"
+    "Category: travel\nAnswer in at most 4000 characters.\n4 memories, oldest first:\n\n"
     "- Alice moved to Berlin on 2023-05-01. She loves it there.\n"
     "- The user likes green tea. It helps them focus.\n"
     "- Meeting with Bob is at 10:30 on Friday.\n"
@@ -318,18 +332,20 @@ async def test_llm_synthesis_sends_one_prompt_and_keeps_the_answer() -> None:
     assert (result.mode, result.detail) == ("llm_synthesis", None)
 
 
-async def test_an_llm_answer_past_the_limit_is_cut_and_said_to_be() -> None:
-    # Found by an exploratory probe: a 10,000-character answer was kept as its first
-    # 4,000 with `detail: null`, nothing saying the rest was dropped.
+async def test_an_llm_answer_past_the_limit_falls_back_to_concatenate() -> None:
+    # Found by exploratory probes: a 10,000-character answer was kept as its first 4,000
+    # (with `detail: null`, later with the cut said), and an archive run then archived
+    # every source, the facts past the cut included. The prompt states the limit.
     llm = FakeLLM.scripted(["word " * 2000])
 
     result = await LLMSynthesis(max_chars=4000).consolidate(GROUP, "travel",
                                                             OpContext(llm=llm))
 
-    assert len(result.summary) <= 4000
+    assert "Answer in at most 4000 characters." in llm.calls[0][1]
+    assert result.summary == CONCATENATED
     assert result.represented_ids == uid(1, 2, 3, 4)
-    assert result.mode == "llm_synthesis"
-    assert result.detail == f"llm_answer_cut: 9999 characters cut to {len(result.summary)}"
+    assert result.mode == "fallback:concatenate"
+    assert result.detail == "llm_answer_too_long: 9999 characters, at most 4000"
 
 
 async def test_llm_synthesis_prompt_cap_represents_only_the_entries_that_fit() -> None:
@@ -337,7 +353,8 @@ async def test_llm_synthesis_prompt_cap_represents_only_the_entries_that_fit() -
     # Room for the header (sized for 4) and the first two bullets only.
     cap = (
         len(SYNTHESIS_SYSTEM)
-        + len("Category: travel\n4 memories, oldest first:\n\n")
+        + len("Category: travel\nAnswer in at most 4000 characters.\n"
+              "4 memories, oldest first:\n\n")
         + len("- Alice moved to Berlin on 2023-05-01. She loves it there.\n")
         + len("- The user likes green tea. It helps them focus.")
     )
@@ -347,7 +364,7 @@ async def test_llm_synthesis_prompt_cap_represents_only_the_entries_that_fit() -
     )
 
     assert llm.calls[0][1] == (
-        "Category: travel\n2 memories, oldest first:\n\n"
+        "Category: travel\nAnswer in at most 4000 characters.\n2 memories, oldest first:\n\n"
         "- Alice moved to Berlin on 2023-05-01. She loves it there.\n"
         "- The user likes green tea. It helps them focus."
     )
@@ -400,13 +417,20 @@ async def test_llm_synthesis_fallback_uses_its_own_length_limit() -> None:
     assert result.represented_ids == uid(4)
 
 
-async def test_llm_synthesis_cleans_and_cuts_the_answer() -> None:
-    llm = FakeLLM.scripted(["  Alice\x00 lives in Berlin \ud800and drinks green tea daily.  "])
+async def test_llm_synthesis_cleans_the_answer_and_measures_it_cleaned() -> None:
+    answer = "  Alice\x00 lives in Berlin \ud800and drinks tea.  "
+    llm = FakeLLM.scripted([answer, answer])
+    fits = len("Alice lives in Berlin and drinks tea.")
 
-    result = await LLMSynthesis(max_chars=30).consolidate(GROUP, "travel", OpContext(llm=llm))
+    kept = await LLMSynthesis(max_chars=fits).consolidate(GROUP, "travel",
+                                                          OpContext(llm=llm))
+    over = await LLMSynthesis(max_chars=fits - 1).consolidate(GROUP, "travel",
+                                                              OpContext(llm=llm))
 
-    assert result.summary == "Alice lives in Berlin and…"
-    assert result.mode == "llm_synthesis"
+    assert (kept.summary, kept.mode) == ("Alice lives in Berlin and drinks tea.",
+                                         "llm_synthesis")
+    assert over.mode == "fallback:concatenate"
+    assert over.detail == f"llm_answer_too_long: {fits} characters, at most {fits - 1}"
 
 
 async def test_llm_synthesis_keeps_no_reasoning() -> None:
