@@ -57,12 +57,13 @@ def planned_group(group: Group, mode: str, outcome: str) -> ConsolidationGroup:
 def previewed_group(outcome: GroupOutcome, mode: str) -> ConsolidationGroup:
     """A dry run's group once its op has run (one that needs no LLM, so it is what the
     run would do): the entries the summary would hold, not every one the plan named
-    (an op's length limit leaves some for the next run), or why it would be skipped."""
-    record = planned_group(outcome.group, mode, "planned")
+    (an op's length limit leaves some for the next run), or that it would be skipped and
+    why (until 2026-12-04 such a group read `planned`, as one the run would write)."""
     if outcome.result is None:
-        return record.model_copy(update={
+        return planned_group(outcome.group, mode, "skipped").model_copy(update={
             "removed_ids": [], "folded_ids": [], "error": outcome.error,
             "detail": outcome.error_detail})
+    record = planned_group(outcome.group, mode, "planned")
     represented = list(outcome.result.represented_ids)
     return record.model_copy(update={
         "removed_ids": represented if mode == "archive" else [], "folded_ids": represented,

@@ -239,6 +239,8 @@ class ConsolidationRunner:
 
                 await composition.composite.summarize(groups, OpContext(llm=None), preview)
                 progress["groups"] = [r.model_dump(mode="json") for r in records]
+                timings["execute_ms"] = _ms(time.perf_counter() - planned)
+            timings["total_ms"] = _ms(time.perf_counter() - started)
             return await self._finish_with(tx, run_id, {
                 **progress, "status": "planned", "timings": timings,
                 "finished_at": func.now()})

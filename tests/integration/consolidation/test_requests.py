@@ -328,6 +328,25 @@ async def test_a_dry_run_says_what_an_ops_length_limit_leaves_for_the_next_run(
     assert plan["consolidated"] == 0
 
 
+async def test_a_dry_run_says_skipped_for_a_group_the_run_would_skip(
+    client: httpx.AsyncClient,
+) -> None:
+    """Found by an exploratory probe: a group no entry of which fits the op's limit read
+    `planned` in the dry run (with `error: op_nothing_fits`), `skipped` in the run; and a
+    dry run's `total_ms` was null."""
+    await seed(client, [memory(f"note {i}: " + "word " * 300, i) for i in range(4)])
+    op = {"name": "concatenate", "max_chars": 1000}
+
+    plan = await consolidate(client, user_id="u1", dry_run=True, op=op)
+    run = await consolidate(client, user_id="u1", op=op)
+
+    [planned], [done] = plan["groups"], run["groups"]
+    assert (planned["outcome"], planned["error"]) == ("skipped", "op_nothing_fits")
+    assert (done["outcome"], done["error"]) == ("skipped", "op_nothing_fits")
+    assert planned["removed_ids"] == done["removed_ids"] == []
+    assert plan["timings"]["total_ms"] >= plan["timings"]["execute_ms"] >= 0
+
+
 async def test_a_dry_run_with_an_llm_op_lists_the_whole_group(
     llm_client: httpx.AsyncClient, llm_server: FakeLLMServer,
 ) -> None:
