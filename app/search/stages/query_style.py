@@ -31,10 +31,12 @@ The rules, by name (see `_RULES`):
 - `what_is_summary`: "what's the gist", "what were the key points of our
   conversation", "what is the summary of the Q3 report" (same noun guard).
 - `discussion_recall`: "what did we discuss / talk about / cover", "what were
-  we talking about", "what did Alice and Bob discuss", "what was discussed on
+  we talking about / discussing", "what did Alice and Bob discuss", "what was discussed on
   DATE". Only *discussion* verbs: "what did we decide" asks for one fact.
 - `review_conversation`: go over / walk me through / remind me of what we
   discussed or our conversation, meeting, call, session.
+- `recall_discussion`: tell me / do you remember / can you recall what we discussed
+  (only that object: "do you remember my meeting time" asks for one fact).
 - `what_was_conversation_about`: "what was our last session about",
   "what happened in the meeting".
 - `how_would_you_summarise`: "how would you sum up ..." (but not "how do I
@@ -172,11 +174,11 @@ _CONVO_DET = (
     r"(?:(?:last|previous|recent|earlier|latest|first|whole|entire|full|most\s+recent|other)\s+)*"
     r"(?:[a-z]+\s+)?"
 )
-_CONVO_OBJECT = (
-    rf"(?:(?:what|everything|all(?:\s+that)?|the\s+(?:stuff|things|topics)(?:\s+that)?)\s+"
+_WHAT_WE_DISCUSSED = (
+    rf"(?:what|everything|all(?:\s+that)?|the\s+(?:stuff|things|topics)(?:\s+that)?)\s+"
     rf"{_SUBJECT}\s+(?:have\s+|had\s+)?(?:just\s+|already\s+)?{_DISCUSSED}"
-    rf"|{_CONVO_DET}{_CONVO_NOUN})"
 )
+_CONVO_OBJECT = rf"(?:{_WHAT_WE_DISCUSSED}|{_CONVO_DET}{_CONVO_NOUN})"
 _QUESTION_START = (
     r"^(?:what|how|why|who|whom|where|when|which|does|do|did|is|are|was|can|could|should)\b"
 )
@@ -230,7 +232,8 @@ _RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = tuple(
             rf"(?:(?:did|do|have|had)\s+{_SUBJECT}\s+"
             rf"(?:just\s+|already\s+|recently\s+|previously\s+|last\s+|all\s+|ever\s+)?"
             rf"(?:{_DISCUSS}|{_DISCUSSED})\b|"
-            rf"(?:were|are)\s+{_SUBJECT}\s+(?:just\s+)?(?:talking|chatting)\s+about\b|"
+            rf"(?:were|are)\s+{_SUBJECT}\s+(?:just\s+)?"
+            rf"(?:(?:talking|chatting)\s+about|discussing|covering|going\s+over)\b|"
             rf"(?:was|were|has\s+been|have\s+been|had\s+been|got)\s+"
             rf"(?:discussed|talked\s+about|covered|gone\s+over)\b)",
         ),
@@ -239,6 +242,13 @@ _RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = tuple(
             rf"{_LEAD}(?:(?:go|run|walk\s+(?:me|us)|take\s+(?:me|us)|talk\s+(?:me|us))\s+"
             rf"(?:back\s+)?(?:over|through)|review|revisit|recount|outline|list|"
             rf"remind\s+(?:me|us)(?:\s+(?:of|about))?)\s+{_CONVO_OBJECT}",
+        ),
+        (
+            # Only before what was discussed: "do you remember my meeting time" or "tell
+            # me about the meeting tomorrow" ask for one fact.
+            "recall_discussion",
+            rf"{_LEAD}(?:tell\s+(?:me|us)|(?:do|did|can|could)\s+(?:you|u)\s+(?:still\s+)?"
+            rf"(?:remember|recall)|remember|recall)\s+{_WHAT_WE_DISCUSSED}",
         ),
         (
             "what_was_conversation_about",
