@@ -111,7 +111,7 @@ async def create_memory(
     rows: list[dict[str, Any]] = []
 
     async def embed() -> None:
-        rows.extend(await service.prepare([body], batch=False))
+        rows.extend(await service.prepare([body]))
 
     async def produce() -> tuple[int, Any]:
         (memory,) = await service.write(rows)

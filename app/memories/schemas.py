@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
@@ -24,6 +24,9 @@ from app.validation import (
 FactRole = TypeAliasType("FactRole", Literal["fact", "summary"])
 
 BATCH_MAX = 1000
+
+FUTURE_SKEW = timedelta(minutes=5)
+"""How far ahead of the service's clock a `created_at` may be: a client's clock's drift."""
 
 
 class MemoryCreate(BaseModel):
@@ -55,6 +58,19 @@ class MemoryCreate(BaseModel):
     def _source_not_reserved(cls, value: str) -> str:
         if value == "summary":
             raise ValueError("'summary' is reserved for consolidation output")
+        return value
+
+    @field_validator("created_at")
+    @classmethod
+    def _not_in_the_future(cls, value: datetime | None) -> datetime | None:
+        """A memory created in the future would head every newest-first listing, and take
+        the full recency bonus in search, until that day. (One stored already expired is
+        taken: an import of history need not sift out what expired meanwhile.) Checked
+        here, not in the service, so a 422 names it beside every other bad field (a probe:
+        an item's bad importance hid another's future created_at until it was fixed)."""
+        if value is not None and value > datetime.now(UTC) + FUTURE_SKEW:
+            raise ValueError("is in the future: a memory's creation time is when it was "
+                             "learnt, now (omit it) or earlier when importing")
         return value
 
 

@@ -6,11 +6,11 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from app.cursors import cut_page, decode_cursor, decode_number_cursor, listing
-from app.errors import FieldError, NotFound, ValidationFailed
+from app.errors import NotFound, ValidationFailed
 from app.idempotency.repository import erase_answers, named_memories
 from app.ids import uuid7
 from app.memories.capacity import CapacityBound
@@ -81,18 +81,14 @@ class MemoryService:
         self.history_kept = history_kept
         """ENGRAM_HISTORY_MAX_VERSIONS, which the history trigger applies (migration 0020)."""
 
-    async def create_many(self, items: Sequence[MemoryCreate], *,
-                          batch: bool = True) -> list[Memory]:
+    async def create_many(self, items: Sequence[MemoryCreate]) -> list[Memory]:
         """Embeds every item in one batched call, then writes them in one statement; a
-        user past its cap loses its least valuable others in the same transaction.
-        `batch`: the items came as a batch's `items` (errors name `items.N.field`)."""
-        return await self.write(await self.prepare(items, batch=batch))
+        user past its cap loses its least valuable others in the same transaction."""
+        return await self.write(await self.prepare(items))
 
-    async def prepare(self, items: Sequence[MemoryCreate], *,
-                      batch: bool = True) -> list[dict[str, Any]]:
+    async def prepare(self, items: Sequence[MemoryCreate]) -> list[dict[str, Any]]:
         """The rows of `items`, checked and embedded, without touching the database (so
         no connection waits on the model)."""
-        _refuse_future_creation(items, datetime.now(UTC), batch=batch)
         if self.capacity is not None:
             self.capacity.check(items)
         vectors = await self.embedder.embed([item.content for item in items])
@@ -248,25 +244,6 @@ class MemoryService:
             # The whole scope went: nothing should name it, its write counts included.
             await self.repository.forget_write_counts(scope)
         return len(deleted) + dissolved
-
-
-FUTURE_SKEW = timedelta(minutes=5)
-"""How far ahead of the service's clock a `created_at` may be: a client's clock's drift."""
-
-
-def _refuse_future_creation(items: Sequence[MemoryCreate], now: datetime, *, batch: bool) -> None:
-    """A memory created in the future would head every newest-first listing, and take
-    the full recency bonus in search, until that day. (One stored already expired is
-    taken: an import of history need not sift out what expired meanwhile.)"""
-    message = ("is in the future: a memory's creation time is when it was learnt, now "
-               "(omit it) or earlier when importing")
-    errors = [FieldError(field=f"items.{index}.created_at" if batch else "created_at",
-                         message=message)
-              for index, item in enumerate(items)
-              if item.created_at is not None and item.created_at > now + FUTURE_SKEW]
-    if errors:
-        raise ValidationFailed("; ".join(f"{e.field}: {e.message}" for e in errors[:5]),
-                               errors=errors)
 
 
 class MemoryReads:

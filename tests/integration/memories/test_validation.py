@@ -245,6 +245,16 @@ async def test_a_creation_time_in_the_future_is_422_naming_the_field(
     assert_validation_problem(batch, "items.1.created_at")
     assert [e["field"] for e in batch.json()["errors"]] == ["items.1.created_at",
                                                             "items.2.created_at"]
+    # Named beside the other bad fields (found by an exploratory probe: it was checked
+    # after them, so a bad importance elsewhere hid it until fixed).
+    both = await client.post("/v1/memories/batch", json={
+        "items": [{"content": "x", "created_at": later}, {"content": "y", "importance": 3}]})
+    one = await client.post("/v1/memories", json={"content": "x", "created_at": later,
+                                                  "importance": 5})
+    assert_validation_problem(both, "items.0.created_at")
+    assert {e["field"] for e in both.json()["errors"]} == {"items.0.created_at",
+                                                           "items.1.importance"}
+    assert {e["field"] for e in one.json()["errors"]} == {"created_at", "importance"}
     await assert_nothing_written(client)
     # A client's clock a little ahead of the service's is taken.
     skewed = await client.post("/v1/memories", json={"content": "x", "created_at": soon})
