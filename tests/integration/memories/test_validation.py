@@ -853,6 +853,15 @@ async def test_metadata_numbers_within_the_bound_read_back_equal(
     # And it goes back as read: a PATCH of what a GET gave is within the bounds.
     again = await client.patch(f"/v1/memories/{read['id']}", json={"metadata": read["metadata"]})
     assert again.status_code == 200, again.text
+    # The create answer says what the read says (found by an exploratory probe: 1e+16, a
+    # float to a client's parser, against the read's integer), and so do the others.
+    assert created.json()["metadata"] == read["metadata"]
+    assert isinstance(created.json()["metadata"]["big"], int)
+    changed = await client.patch(f"/v1/memories/{read['id']}",
+                                 json={"metadata": {"n": [1.5e16, -2e20, 0.5]}})
+    assert changed.json()["metadata"] == {"n": [15000000000000000, -200000000000000000000, 0.5]}
+    assert (await client.get(f"/v1/memories/{read['id']}")).json()["metadata"] == \
+        changed.json()["metadata"]
 
 
 async def test_metadata_is_measured_as_compact_json(client: httpx.AsyncClient) -> None:
