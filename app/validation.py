@@ -302,6 +302,13 @@ Content = Annotated[
     StringConstraints(strip_whitespace=True, max_length=32768),
     AfterValidator(not_empty), AfterValidator(storable_text), _DECLARED_NOT_BLANK,
 ]
+# Blank is declared so, as for content: declared as minLength 1 alone, "   " was valid by
+# the document and a 422 from the service (an exploratory probe).
+QueryText = Annotated[
+    str,
+    StringConstraints(strip_whitespace=True, max_length=4096),
+    AfterValidator(not_empty), AfterValidator(storable_text), _DECLARED_NOT_BLANK,
+]
 
 
 ScopeId = Annotated[str, StringConstraints(min_length=1, max_length=255),
@@ -409,5 +416,6 @@ JsonBool = Annotated[bool, Strict()]
 Importance = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False), NUMBER_ONLY]
 AwareDatetime = Annotated[datetime, BeforeValidator(_rfc3339_only), AfterValidator(zone_aware)]
 AwareDatetimeBefore = Annotated[AwareDatetime, WrapValidator(_rounded_up)]
-Source = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=64),
-                   AfterValidator(storable_text)]
+Source = Annotated[str, StringConstraints(strip_whitespace=True, max_length=64),
+                   AfterValidator(not_empty), AfterValidator(storable_text),
+                   _DECLARED_NOT_BLANK]

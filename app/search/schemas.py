@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field
 
 from app.memories.schemas import Memory
 from app.validation import (
@@ -14,16 +14,10 @@ from app.validation import (
     Category,
     JsonBool,
     MetadataMatch,
+    QueryText,
     ScopeId,
     Tag,
-    storable_text,
 )
-
-QueryText = Annotated[
-    str,
-    StringConstraints(strip_whitespace=True, min_length=1, max_length=4096),
-    AfterValidator(storable_text),
-]
 
 
 class SearchRequest(BaseModel):

@@ -275,13 +275,17 @@ async def test_the_document_says_a_blank_text_value_is_refused(document: dict[st
         return found + [i for i in items if i.get("type") == "string"]
 
     for name, refused in (("content", BLANK_REFUSED), ("category", BLANK_REFUSED),
-                          ("tags", BLANK_REFUSED), ("user_id", ASCII_BLANK_REFUSED),
+                          ("tags", BLANK_REFUSED), ("source", BLANK_REFUSED),
+                          ("user_id", ASCII_BLANK_REFUSED),
                           ("agent_id", ASCII_BLANK_REFUSED),
                           ("session_id", ASCII_BLANK_REFUSED),
                           ("namespace", ASCII_BLANK_REFUSED)):
         declared = strings(create[name])
         assert declared, name
         assert all(s.get("pattern") == refused for s in declared), name
+    # A blank query and source were declared as minLength 1 alone (an exploratory probe).
+    assert strings(schemas["SearchRequest"]["properties"]["query"])[0]["pattern"] == \
+        BLANK_REFUSED
     # The pattern refuses what the service refuses, and no more.
     pattern = re.compile(BLANK_REFUSED)
     for blank in (" ", "\t\n", "\u3000", "\u00a0", "\u2028\u0085", "\u2007\u202f"):
