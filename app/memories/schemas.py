@@ -48,7 +48,8 @@ class MemoryCreate(BaseModel):
     source: Source = "api"
     created_at: AwareDatetime | None = Field(
         default=None, description="When it was learnt, when importing history; now when "
-        "absent. At most 5 minutes ahead of the service's clock (422).")
+        "absent. At most 5 minutes ahead of the service's clock (422), and then taken as "
+        "now.")
     expires_at: AwareDatetime | None = Field(
         default=None, description="When it stops being served. One already past is "
         "stored expired: no read finds it (an import of history need not sift them).")

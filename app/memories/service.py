@@ -51,7 +51,9 @@ def _row_for(item: MemoryCreate, embedding: list[float], now: datetime) -> dict[
         "source": item.source,
         "fact_role": "fact",
         "summary_of": [],
-        "created_at": item.created_at or now,
+        # A time ahead of the service's clock (a client's drift, within FUTURE_SKEW) is
+        # taken as now: kept, it came before the updated_at of the same write.
+        "created_at": min(item.created_at, now) if item.created_at else now,
         "updated_at": now,
         "expires_at": item.expires_at,
         "own_expires_at": item.expires_at,

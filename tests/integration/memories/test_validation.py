@@ -259,6 +259,8 @@ async def test_a_creation_time_in_the_future_is_422_naming_the_field(
     # A client's clock a little ahead of the service's is taken.
     skewed = await client.post("/v1/memories", json={"content": "x", "created_at": soon})
     assert skewed.status_code == 201, skewed.text
+    # As now: kept as sent, it was later than the updated_at of the same write (a probe).
+    assert skewed.json()["created_at"] == skewed.json()["updated_at"]
 
 
 async def test_filters_at_the_instants_stored_as_infinity_are_422(
