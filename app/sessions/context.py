@@ -50,24 +50,43 @@ def within_tokens(text: str, tokens: int) -> str:
     return clip(text, low)
 
 
-def newest_lines_within_tokens(text: str, tokens: int) -> str:
-    """`text` in at most `tokens` estimated tokens, its first lines left out first: a
-    summary's lines run oldest to newest, and its end is what the turns just folded made.
-    One line left that is still too long is clipped as `within_tokens` clips."""
-    if estimate_tokens(text) <= tokens:
+def summary_tokens(max_chars: int) -> int:
+    """The tokens a summary of at most `max_chars` characters may take: those that many
+    characters of English make. A summary in a script of a token a character (Chinese,
+    Japanese) took up to 4x that, more than the default budget, and left the context no
+    recent turn."""
+    return -(-max_chars // CHARS_PER_TOKEN)  # as estimate_tokens counts them
+
+
+def chars_wanted(sample: str, max_chars: int) -> int:
+    """The characters of text like `sample` (a session's summary and turns) to ask a
+    summariser for: as many as make `summary_tokens(max_chars)`, at most `max_chars`. Only
+    a guide where the sample mixes scripts (an English summary, then Chinese turns)."""
+    return min(max_chars, chars_for(summary_tokens(max_chars), sample))
+
+
+def newest_lines_within(text: str, max_chars: int, tokens: int) -> str | None:
+    """The newest whole lines of `text` in at most `max_chars` characters and `tokens`
+    estimated tokens, its first lines left out first: a summary's lines run oldest to
+    newest, and its end is what the turns just folded made (a cut at the end lost them).
+    None when its newest line alone is past either: no cut of it is safe to save."""
+    def fits(kept: str) -> bool:
+        return len(kept) <= max_chars and estimate_tokens(kept) <= tokens
+
+    if fits(text):
         return text
     lines = text.split("\n")
-    if len(lines) == 1:
-        return within_tokens(text, tokens)
-    # The fewest first lines to leave out: dropping lines never adds tokens.
-    low, high = 1, len(lines) - 1
+    # The fewest first lines to leave out (all of them: none fits): leaving lines out
+    # never adds characters or tokens.
+    low, high = 1, len(lines)
     while low < high:
         middle = (low + high) // 2
-        if estimate_tokens("\n".join(lines[middle:])) <= tokens:
+        if fits("\n".join(lines[middle:])):
             high = middle
         else:
             low = middle + 1
-    return within_tokens("\n".join(lines[low:]), tokens)
+    kept = "\n".join(lines[low:]).lstrip("\n")
+    return kept if kept.strip() and fits(kept) else None
 
 
 @dataclass(frozen=True, slots=True)

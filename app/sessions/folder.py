@@ -8,6 +8,11 @@ folds from under a slow summariser), nor the strategy switched, nor the session 
 deleted and begun again; if any did, the answer is discarded and the session read
 again. So a turn is folded at most once, and a crash at any point leaves either the old
 summary and cursor or the new ones.
+
+Whatever the summariser, the answer saved is at most ENGRAM_SESSION_SUMMARY_MAX_CHARS
+characters and the tokens that many characters of English make, shortened only by its
+first lines, the oldest; one whose last line alone is past them is a failed fold, so
+the turns it was to hold stay past the cursor.
 """
 
 from __future__ import annotations
@@ -20,11 +25,10 @@ from datetime import timedelta
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.service.metrics import SESSION_FOLDS
-from app.sessions.context import CHARS_PER_TOKEN, chars_for, newest_lines_within_tokens
 from app.sessions.folding import FoldPolicy, next_fold
 from app.sessions.health import Health, HealthPolicy, after_failure, after_success, next_try
 from app.sessions.repository import SessionRepository
-from app.sessions.summariser import Summariser, SummaryFailed
+from app.sessions.summariser import Summariser, SummaryFailed, within_caps
 from app.worker.queue import enqueue
 
 log = logging.getLogger("engram.sessions")
@@ -90,24 +94,14 @@ class SessionFolder:
                         await self._clear_flag()
                     return FoldOutcome(saved, None)
                 turns = await repository.turns_in(self.session_id, chunk)
-            # As many tokens as `max_chars` of English make: a summary in a script of a
-            # token a character (Chinese, Japanese) took up to 4x that, more than the
-            # default budget, and left the context no recent turn. The summariser is asked
-            # for as many characters of the session's own text as make them. Where that
-            # text mixes scripts the average misleads (an English summary, then Chinese
-            # turns), and the answer is cut to the tokens after all: by its first lines,
-            # the oldest, where the cut at its end lost the turns just folded, which were
-            # then in neither the summary nor the recent turns (an exploratory probe).
-            tokens = self.max_chars // CHARS_PER_TOKEN
-            wanted = min(self.max_chars, chars_for(tokens, "".join(
-                [state.summary or "", *(turn.content for turn in turns)])))
+            # Held to the caps here too, whatever the summariser: the context never cuts a
+            # summary, so one past its tokens left no room for the recent turns.
             try:
-                summary: str | SummaryFailed = await self.summariser.fold(
-                    state.summary, turns, wanted)
+                summary: str | SummaryFailed = within_caps(
+                    await self.summariser.fold(state.summary, turns, self.max_chars),
+                    self.max_chars, "summary_too_long")
             except SummaryFailed as exc:
                 summary = exc
-            if isinstance(summary, str):
-                summary = newest_lines_within_tokens(summary, tokens)
             async with self.maker.begin() as db:
                 repository = self._repository(db)
                 locked = await repository.get(self.session_id, lock=True)

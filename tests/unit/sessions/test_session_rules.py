@@ -19,7 +19,7 @@ from app.sessions.context import (
     Truncation,
     estimate_tokens,
     fold_warning,
-    newest_lines_within_tokens,
+    newest_lines_within,
     newest_within,
     strategy_in_force,
     within_tokens,
@@ -513,12 +513,14 @@ async def test_extractive_keeps_every_sentence_of_a_japanese_turn_as_written() -
 
 
 async def test_extractive_does_not_repeat_a_sentence_within_one_fold() -> None:
+    # Told again, it is kept once, at its newest telling; a line left with nothing goes.
     turns = [
         turn(1, "Alice is 30.", role="user"),
         turn(2, "alice  is 30. Bob is 40.", role="assistant"),
+        turn(3, "Carol is 50.", role="user"),
     ]
     out = await ExtractiveSummariser().fold(None, turns, 1000)
-    assert out == "- user: Alice is 30.\n- assistant: Bob is 40."
+    assert out == "- assistant: alice  is 30. Bob is 40.\n- user: Carol is 50."
 
 
 async def test_extractive_does_not_repeat_a_later_sentence_of_the_summary() -> None:
@@ -526,17 +528,47 @@ async def test_extractive_does_not_repeat_a_later_sentence_of_the_summary() -> N
     out = await ExtractiveSummariser().fold(
         previous, [turn(2, "She was born in 1990. Bob is 40.")], 1000
     )
-    assert out == previous + "\n- user: Bob is 40."
+    assert out == "- user: Alice lives in Paris.\n- user: She was born in 1990. Bob is 40."
 
 
 async def test_extractive_does_not_repeat_the_first_sentence_of_a_summary_line() -> None:
     # The summary's own bullets, folded again: "Alice lives in Paris." is already there
-    # (as the first sentence of its bullet) and must not come back.
+    # (as the first sentence of its bullet) and must not be there twice.
     summariser = ExtractiveSummariser()
     first = await summariser.fold(None, [turn(1, "Alice lives in Paris.")], 1000)
     assert first == "- user: Alice lives in Paris."
     second = await summariser.fold(first, [turn(2, "Alice lives in Paris. Bob is 40.")], 1000)
-    assert second == "- user: Alice lives in Paris.\n- user: Bob is 40."
+    assert second == "- user: Alice lives in Paris. Bob is 40."
+
+
+async def test_extractive_keeps_a_restated_fact_past_the_lines_told_after_it() -> None:
+    """Found by an exploratory probe: a sentence told again was skipped as already in the
+    summary, and the old line holding it was then evicted, so a flight restated at turn
+    25 was gone from a summary that still held turns 8-24."""
+    flight = "Alice's flight is LH1234 on 3 May."
+    items = {n: turn(n, f"Item {n}: Bob listed supplier {n} for the Lisbon offsite in "
+                     f"May at {n}0 euros.") for n in range(2, 16)}
+    summariser = ExtractiveSummariser()
+    summary = await summariser.fold(None, [turn(1, flight), *(items[n] for n in range(2, 9))],
+                                    1000)
+    assert summary.startswith(f"- user: {flight}\n")
+    # Turn 9 tells the flight again; the summary is full by turn 15.
+    summary = await summariser.fold(
+        summary, [turn(9, flight), *(items[n] for n in range(10, 16))], 1000)
+    lines = summary.split("\n")
+
+    assert len(summary) <= 1000
+    assert lines[0].startswith("- user: Item ")  # old lines left for room
+    assert f"- user: {flight}" in lines
+    assert summary.count("LH1234") == 1
+    assert lines.index(f"- user: {flight}") == lines.index(f"- user: {items[10].content}") - 1
+
+
+async def test_extractive_leaves_a_line_untouched_unless_a_sentence_of_it_is_told_again(
+) -> None:
+    previous = "- user: Alice lives in Paris.  She is 30.\n- assistant: Noted (2024)"
+    out = await ExtractiveSummariser().fold(previous, [turn(3, "she is 30.")], 1000)
+    assert out == "- user: Alice lives in Paris.\n- assistant: Noted (2024)\n- user: she is 30."
 
 
 async def test_extractive_keeps_a_line_whole_across_folds_whatever_its_separators() -> None:
@@ -558,8 +590,40 @@ async def test_extractive_gives_one_long_turn_a_quarter_and_keeps_what_came_befo
     lines = second.split("\n")
     assert lines[0] == "- user: My name is Priya and I live in Oslo since 2019."
     assert len(lines) == 3
-    assert all(200 < len(line) <= 250 for line in lines[1:])  # a quarter, to a word
+    assert all(len(line) <= 250 for line in lines[1:])  # a quarter of the characters
+    assert all(50 < estimate_tokens(line) <= 63 for line in lines[1:])  # and the tokens
     assert lines[2].startswith("- assistant: Zo")
+
+
+async def test_extractive_gives_one_chinese_turn_a_quarter_of_the_tokens() -> None:
+    """A turn's line is held to a quarter of the summary's tokens too: asked for the
+    whole ENGRAM_SESSION_SUMMARY_MAX_CHARS (the fold no longer asks for fewer characters
+    in Chinese), a quarter of its characters was the whole of its tokens."""
+    summariser = ExtractiveSummariser()
+    priya = turn(1, "My name is Priya and I live in Oslo since 2019.")
+    out = await summariser.fold(None, [priya, turn(2, "会议记录" * 1500)], 4000)
+    lines = out.split("\n")
+    assert lines[0] == "- user: My name is Priya and I live in Oslo since 2019."
+    assert 240 < estimate_tokens(lines[1]) <= 250
+
+
+async def test_extractive_keeps_the_newest_lines_within_the_tokens_on_mixed_scripts(
+) -> None:
+    """The fold hands it the whole ENGRAM_SESSION_SUMMARY_MAX_CHARS (it had been handed
+    the characters an average of the session's text makes, and on mixed scripts dropped
+    old lines the tokens had room for): it holds the tokens itself, by the oldest lines."""
+    english = [turn(n, f"Fact {n}: Dana booked room {n} at the Alfama hotel for 12 March.")
+               for n in range(1, 41)]
+    summary = await ExtractiveSummariser().fold(None, english, 4000)
+    assert len(summary.split("\n")) == 40  # about 2,900 characters, 730 tokens
+    chinese = [turn(n, f"第{n}次会议" + "预算四千二百欧元周三出发" * 5) for n in range(41, 46)]
+    out = await ExtractiveSummariser().fold(summary, chinese, 4000)
+
+    assert len(out) < 4000
+    assert 950 < estimate_tokens(out) <= 1000
+    lines = out.split("\n")
+    assert lines[-5:] == [f"- user: {t.content}" for t in chinese]
+    assert summary.endswith("\n".join(lines[:-5]))  # the oldest English lines left
 
 
 async def test_extractive_drops_the_oldest_lines_when_full() -> None:
@@ -623,8 +687,8 @@ async def test_llm_summariser_sends_the_summary_and_the_turns() -> None:
     system, user = llm.calls[0]
     assert system == SYSTEM
     assert user == fold_prompt("Earlier: Carol is 50.", turns, 500)
-    assert user == (
-        "Summary so far (at most 500 characters wanted):\n"
+    assert user == (  # as many characters of this English as make 125 tokens
+        "Summary so far (at most 491 characters wanted):\n"
         "Earlier: Carol is 50.\n\nNew turns, oldest first:\n\n"
         "user: Alice lives in Paris.\nassistant: Bob is 40."
     )
@@ -636,11 +700,68 @@ async def test_llm_summariser_prompt_without_previous_summary() -> None:
     assert "(none yet)" in llm.calls[0][1]
 
 
-async def test_llm_summariser_clips_the_answer_to_max_chars() -> None:
-    llm = FakeLLM("alpha beta gamma delta epsilon")
-    out = await LLMSummariser(llm).fold(None, [turn(1, "x")], 20)
-    assert out == "alpha beta gamma\u2026"
-    assert len(out) <= 20
+def test_the_prompt_asks_for_the_characters_of_the_sessions_own_text() -> None:
+    """As many as make the summary's tokens: in English the whole allowance, in Chinese (a
+    token a character) about a quarter."""
+    english = fold_prompt(None, [turn(1, "Dana booked the 9:40 train to Porto.")], 4000)
+    assert "(at most 4000 characters wanted)" in english
+    chinese = fold_prompt(None, [turn(1, "第3次会议 预算四千二百欧元 周三出发")], 4000)
+    assert "(at most 1117 characters wanted)" in chinese
+
+
+FACT_LINES = [f"- Fact {n:02d}: Dana booked room {n} at the Alfama hotel for 12 March."
+              for n in range(50)]
+SHANGHAI = "- 新\uff1a用户下周三去上海出差\uff0c需要浦东机场附近的酒店。"  # the probe's line
+
+
+async def test_an_llm_answer_past_the_characters_loses_its_first_lines() -> None:
+    """Found by an exploratory probe: an answer past ENGRAM_SESSION_SUMMARY_MAX_CHARS was
+    cut at its end, the lines the turns just folded made."""
+    answer = "\n".join([*FACT_LINES, *FACT_LINES[:20], "- Dana moved the trip to 19 March."])
+    assert len(answer) > 4000
+    out = await LLMSummariser(FakeLLM(answer)).fold(None, [turn(1, "x")], 4000)
+    assert len(out) <= 4000
+    assert out.endswith("\n- Dana moved the trip to 19 March.")
+    assert answer.endswith("\n" + out)
+    kept = len(out.split("\n"))
+    assert len("\n".join(answer.split("\n")[-kept - 1:])) > 4000  # as many as fit
+
+
+async def test_an_llm_answer_past_the_tokens_in_mixed_scripts_loses_its_first_lines() -> None:
+    """Found by an exploratory probe: an English summary, then Chinese turns: the answer
+    was cut at its end, to the characters the average of the two makes, and the line
+    about the turns just folded was lost."""
+    chinese = [turn(3, "用户说下周三去上海出差。" * 20), turn(4, "助手答应找浦东的酒店。" * 22,
+                                                role="assistant")]
+    fits = "\n".join([*FACT_LINES, SHANGHAI])
+    assert len(fits) < 4000
+    assert estimate_tokens(fits) < 1000
+    llm = FakeLLM(fits)
+    out = await LLMSummariser(llm).fold("\n".join(FACT_LINES), chinese, 4000)
+    assert out == fits  # within both caps: whole, whatever the prompt asked
+    asked = int(llm.calls[0][1].split("at most ", 1)[1].split(" ", 1)[0])
+    assert asked < len(fits)  # the prompt's number is only a guide
+
+    too_many_tokens = "\n".join([*FACT_LINES[:30], *(f"{SHANGHAI}{n}" for n in range(25))])
+    assert len(too_many_tokens) < 4000
+    assert estimate_tokens(too_many_tokens) > 1000
+    out = await LLMSummariser(FakeLLM(too_many_tokens)).fold(None, chinese, 4000)
+    assert estimate_tokens(out) <= 1000
+    assert too_many_tokens.endswith("\n" + out)
+    assert out.endswith(f"{SHANGHAI}24")
+
+
+@pytest.mark.parametrize("answer", ["alpha beta gamma delta epsilon", "会议记录" * 20,
+                                    "Eve is 25.\n" + "alpha beta gamma delta epsilon"])
+async def test_an_llm_answer_whose_last_line_alone_is_too_long_is_a_failed_fold(
+        answer: str) -> None:
+    """Its last line holds the turns just folded: any cut of it lost some of them while
+    the cursor moved past them, so the fold fails, is tried again, and counts for the
+    summariser's health."""
+    with pytest.raises(SummaryFailed) as caught:
+        await LLMSummariser(FakeLLM(answer)).fold(None, [turn(1, "x")], 20)
+    assert caught.value.code == "llm_answer_too_long"
+    assert caught.value.detail.endswith("at most 20 characters and 5 tokens")
 
 
 async def test_llm_error_becomes_summary_failed_with_its_code() -> None:
@@ -727,25 +848,43 @@ CHINESE_LINE = "- user: " + "会议预算四千二百欧元" * 20
 
 
 @pytest.mark.parametrize("tokens", [1, 20, 60, 250, 400, 10_000])
-def test_newest_lines_within_tokens_leaves_out_the_oldest_lines_first(tokens: int) -> None:
+def test_newest_lines_within_leaves_out_the_oldest_lines_first(tokens: int) -> None:
     """An English summary with Chinese lines folded after it: the lines are the oldest
     first, and a cut at the end lost the newest."""
     lines = [*(f"{ENGLISH_LINE} ({i})" for i in range(10)),
              *(f"{CHINESE_LINE}{i}" for i in range(3))]
     text = "\n".join(lines)
-    kept = newest_lines_within_tokens(text, tokens)
-    assert estimate_tokens(kept) <= tokens
+    kept = newest_lines_within(text, 10_000, tokens)
     if estimate_tokens(text) <= tokens:
         assert kept == text
     elif estimate_tokens(lines[-1]) <= tokens:
         # Whole lines, the newest, as many as fit.
+        assert kept is not None
+        assert estimate_tokens(kept) <= tokens
         taken = kept.split("\n")
         assert taken == lines[-len(taken):]
         assert estimate_tokens("\n".join(lines[-len(taken) - 1:])) > tokens
-    else:  # the newest line alone is too long: it is clipped
-        assert kept == within_tokens(lines[-1], tokens)
+    else:  # the newest line alone is too long: no cut of it is kept
+        assert kept is None
 
 
-def test_newest_lines_within_tokens_clips_a_single_line_as_within_tokens_does() -> None:
-    assert newest_lines_within_tokens(CHINESE_LINE, 50) == within_tokens(CHINESE_LINE, 50)
-    assert newest_lines_within_tokens("short", 50) == "short"
+@pytest.mark.parametrize("max_chars", [60, 200, 500, 1000, 10_000])
+def test_newest_lines_within_holds_the_characters_by_the_oldest_lines_too(
+        max_chars: int) -> None:
+    lines = [f"{ENGLISH_LINE} ({i})" for i in range(30)]
+    text = "\n".join(lines)
+    kept = newest_lines_within(text, max_chars, 10_000)
+    if len(lines[-1]) > max_chars:
+        assert kept is None
+        return
+    assert kept is not None
+    assert len(kept) <= max_chars
+    taken = kept.split("\n")
+    assert taken == lines[-len(taken):]
+    assert len("\n".join(lines[-len(taken) - 1:])) > max_chars or kept == text
+
+
+def test_newest_lines_within_keeps_what_fits_whole() -> None:
+    assert newest_lines_within(CHINESE_LINE, 10_000, 10_000) == CHINESE_LINE
+    assert newest_lines_within("short", 50, 50) == "short"
+    assert newest_lines_within(CHINESE_LINE, 10_000, 50) is None
