@@ -189,6 +189,10 @@ class Settings(BaseSettings):
     search_rrf_k: float = Field(default=2.0, ge=0, le=1000)
     search_vector_weight: float = Field(default=1.0, ge=0, le=100)
     search_text_weight: float = Field(default=0.5, ge=0, le=100)
+    # The text list's weight for a query naming an identifier (an order or ticket number,
+    # a code: app/search/stages/query_identifiers.py) when more than the text weight: the
+    # text list finds the row holding it, the vector list its look-alikes.
+    search_identifier_text_weight: float = Field(default=2.0, ge=0, le=100)
     search_importance_weight: float = Field(default=0.02, ge=0, le=10)
     search_recency_weight: float = Field(default=0.01, ge=0, le=10)
     search_recency_half_life_days: float = Field(default=30.0, gt=0, le=36500)

@@ -13,6 +13,7 @@ def build_pipeline(settings: Settings) -> SearchPipeline:
         rrf_k=settings.search_rrf_k,
         vector_weight=settings.search_vector_weight,
         text_weight=settings.search_text_weight,
+        identifier_text_weight=settings.search_identifier_text_weight,
         importance_weight=settings.search_importance_weight,
         recency_weight=settings.search_recency_weight,
         recency_half_life_days=settings.search_recency_half_life_days,

@@ -47,6 +47,7 @@ class PipelineConfig:
     rrf_k: float = 10.0
     vector_weight: float = 1.0
     text_weight: float = 0.75
+    identifier_text_weight: float | None = None
     importance_weight: float = 0.02
     recency_weight: float = 0.01
     recency_half_life_days: float = 30.0
@@ -66,7 +67,8 @@ def build_stages(config: PipelineConfig) -> tuple[Stage, ...]:
     return (
         RelevanceFloor(min_similarity=config.min_similarity),
         ReciprocalRankFusion(
-            k=config.rrf_k, vector_weight=config.vector_weight, text_weight=config.text_weight
+            k=config.rrf_k, vector_weight=config.vector_weight, text_weight=config.text_weight,
+            identifier_text_weight=config.identifier_text_weight,
         ),
         ImportanceRecencyScoring(
             importance_weight=config.importance_weight,

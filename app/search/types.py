@@ -142,6 +142,8 @@ class QueryAnalysis:
     embedding: tuple[float, ...] | None = field(default=None, repr=False)
     # The calendar days the query names (app/search/stages/query_dates.py).
     dates: tuple[date, ...] = ()
+    # The identifiers it names, lower-cased (app/search/stages/query_identifiers.py).
+    identifiers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

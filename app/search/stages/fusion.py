@@ -16,11 +16,17 @@ class ReciprocalRankFusion:
     fused score lies in [0, 1] whatever k and the weights are; that keeps the
     importance and recency weights of the next stage meaningful when k or the
     list weights are tuned.
+
+    A query naming an identifier (`QueryAnalysis.identifiers`) weighs the text list
+    `identifier_text_weight` when that is more: the text list finds the row holding the
+    exact string, which the vector list cannot tell from its look-alikes (see
+    query_identifiers). None keeps `text_weight` for every query.
     """
 
     k: float = 10.0
     vector_weight: float = 1.0
     text_weight: float = 0.75
+    identifier_text_weight: float | None = None
 
     @property
     def name(self) -> str:
@@ -29,18 +35,27 @@ class ReciprocalRankFusion:
     def __post_init__(self) -> None:
         if self.k < 0:
             raise ValueError("k must be >= 0")
-        if self.vector_weight < 0 or self.text_weight < 0:
+        if self.vector_weight < 0 or self.text_weight < 0 or (
+                self.identifier_text_weight is not None and self.identifier_text_weight < 0):
             raise ValueError("list weights must be >= 0")
         if self.vector_weight + self.text_weight <= 0:
             raise ValueError("at least one list weight must be positive")
 
-    def __call__(self, ctx: SearchContext, /) -> SearchContext:
-        best = (self.vector_weight + self.text_weight) / (self.k + 1)
-        return ctx.with_candidates(tuple(self._fuse(c, best, ctx.explain) for c in ctx.candidates))
+    def text_weight_for(self, ctx: SearchContext) -> float:
+        if ctx.query.identifiers and self.identifier_text_weight is not None:
+            return max(self.text_weight, self.identifier_text_weight)
+        return self.text_weight
 
-    def _fuse(self, c: Candidate, best: float, explain: bool) -> Candidate:
+    def __call__(self, ctx: SearchContext, /) -> SearchContext:
+        text_weight = self.text_weight_for(ctx)
+        best = (self.vector_weight + text_weight) / (self.k + 1)
+        return ctx.with_candidates(tuple(self._fuse(c, text_weight, best, ctx.explain)
+                                         for c in ctx.candidates))
+
+    def _fuse(self, c: Candidate, text_weight: float, best: float,
+              explain: bool) -> Candidate:
         vector_term = self._term(self.vector_weight, c.vector_rank)
-        text_term = self._term(self.text_weight, c.text_rank)
+        text_term = self._term(text_weight, c.text_rank)
         rrf = vector_term + text_term
         score = rrf / best
         if not explain:
@@ -52,6 +67,7 @@ class ReciprocalRankFusion:
             "text_rank": c.text_rank,
             "text_score": c.text_score,
             "text_term": text_term,
+            "text_weight": text_weight,
             "rrf": rrf,
             "score": score,
         }

@@ -60,6 +60,7 @@ import unicodedata
 from typing import Final
 
 from app.search.stages.query_dates import query_dates
+from app.search.stages.query_identifiers import query_identifiers
 from app.search.types import QueryAnalysis, QueryStyle
 
 # --- normalisation ---------------------------------------------------------------------------
@@ -316,9 +317,11 @@ def classify_query_style(text: str) -> QueryStyle:
 def analyze_query(text: str, embedding: tuple[float, ...] | None = None) -> QueryAnalysis:
     """The query analysis stage minus the embedding call, which the service makes (it is I/O).
 
-    The days are read from the text's compatibility normal form, as the classifier reads
-    its words: a date in full-width digits and letters, as a CJK input method types it, is
-    a date. Given that form, the classifier's own normalising finds nothing left to do."""
+    The days (and identifiers) are read from the text's compatibility normal form, as the
+    classifier reads its words: a date in full-width digits and letters, as a CJK input
+    method types it, is a date. Given that form, the classifier's own normalising finds
+    nothing left to do."""
     compatible = unicodedata.normalize("NFKC", text)
     return QueryAnalysis(text=text, style=classify_query_style(compatible),
-                         embedding=embedding, dates=query_dates(compatible))
+                         embedding=embedding, dates=query_dates(compatible),
+                         identifiers=query_identifiers(compatible))

@@ -46,9 +46,10 @@ def make_context(
     include_summaries: bool = True,
     explain: bool = True,
     dates: tuple[date, ...] = (),
+    identifiers: tuple[str, ...] = (),
 ) -> SearchContext:
     return SearchContext(
-        query=QueryAnalysis(text="query", style=style, dates=dates),
+        query=QueryAnalysis(text="query", style=style, dates=dates, identifiers=identifiers),
         candidates=tuple(candidates),
         top_k=top_k,
         now=NOW,

@@ -89,3 +89,32 @@ def test_ranks_are_one_based() -> None:
 def test_bad_parameters_are_refused(k: float, vector_weight: float, text_weight: float) -> None:
     with pytest.raises(ValueError, match="must"):
         ReciprocalRankFusion(k=k, vector_weight=vector_weight, text_weight=text_weight)
+
+
+def test_a_query_naming_an_identifier_weighs_the_text_list_more() -> None:
+    # The probe's case: the row holding the invoice number, 14th in the vector list and
+    # first in the text list, against a look-alike first in the vector list.
+    named = (make_candidate(1, vector_rank=14, text_rank=1),
+             make_candidate(2, vector_rank=1, text_rank=21))
+    fusion = ReciprocalRankFusion(k=2, text_weight=0.5, identifier_text_weight=2.0)
+
+    plain = by_number(fusion(make_context(*named)))
+    coded = by_number(fusion(make_context(*named, identifiers=("inv-2024-0042",))))
+
+    assert plain[2].score > plain[1].score
+    assert coded[1].score > coded[2].score
+    # (1/16 + 2/3) / (3/3): still in [0, 1].
+    assert coded[1].score == pytest.approx(1 / 16 + 2 / 3)
+    assert coded[1].explanation["fusion"]["text_weight"] == 2.0
+    assert plain[1].explanation["fusion"]["text_weight"] == 0.5
+
+
+def test_an_identifier_weight_below_the_text_weight_or_none_changes_nothing() -> None:
+    ctx = make_context(make_candidate(1, vector_rank=1), make_candidate(2, text_rank=1),
+                       identifiers=("lh1234",))
+    base = by_number(ReciprocalRankFusion(k=2, text_weight=0.5)(ctx))
+    lower = by_number(ReciprocalRankFusion(k=2, text_weight=0.5,
+                                           identifier_text_weight=0.1)(ctx))
+    assert {n: c.score for n, c in base.items()} == {n: c.score for n, c in lower.items()}
+    with pytest.raises(ValueError, match="list weights"):
+        ReciprocalRankFusion(identifier_text_weight=-1.0)
