@@ -1,10 +1,10 @@
 """A deterministic heuristic for "this text carries facts": names, numbers, dates.
 
 A token is a fact token when it has a digit (amounts, times, dates, versions, ids),
-contains "@" (an address), is a relative date word (today, tomorrow, ...), or is
-capitalised. A capitalised first word is only a name when it is not a common sentence
-opener ("The", "We", "After", ...), since every sentence starts with a capital; month
-and weekday names need no rule of their own because they are capitalised.
+contains "@" (an address), is capitalised, or is a relative date, number, weekday or
+month word in lower case (today, three, friday, ...), as people type in chat. A
+capitalised first word is only a name when it is not a common sentence opener ("The",
+"We", "After", ...), since every sentence starts with a capital.
 
 The heuristic leans towards "fact": extractive summaries then keep a sentence too many
 rather than drop one that mattered.
@@ -28,6 +28,18 @@ _TOKEN = re.compile(r"\w+(?:['\u2019.:@/-]\w+)*")
 _RELATIVE_DATES = frozenset(
     {"today", "tomorrow", "yesterday", "tonight", "weekend", "midnight", "noon"}
 )
+# Lower-case words that name a number or a day: "the budget is three hundred dollars",
+# "the appointment is on friday" lost their sentence to the first one of their memory
+# (an exploratory probe). "one" opens too many sentences, "may" is a verb more often.
+_LOWER_FACT_WORDS = _RELATIVE_DATES | frozenset({
+    "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+    "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen",
+    "nineteen", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty",
+    "ninety", "hundred", "thousand", "million", "billion", "dozen",
+    "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday",
+    "january", "february", "march", "april", "june", "july", "august", "september",
+    "october", "november", "december",
+})
 
 # Words that begin sentences without naming anything. Lower case.
 # fmt: off
@@ -102,7 +114,7 @@ def _is_fact_token(token: str, first: bool) -> bool:
     if _DIGIT_OR_AT.search(token):
         return True
     if not token[0].isupper():
-        return token in _RELATIVE_DATES
+        return token.casefold() in _LOWER_FACT_WORDS
     token = token.replace("\u2019", "'")  # typographic apostrophes, as in "We\u2019re"
     if token in _PRONOUN_I:
         return False

@@ -117,9 +117,15 @@ def clip(text: str, limit: int) -> str:
     return cut.rstrip() + "…"
 
 
+_HAS_DIGIT = re.compile(r"\d")
+
+
 def normalise_sentence(sentence: str) -> str:
     """A key under which two spellings of one sentence compare equal: letter case, any
     run of white space (a no-break space too) and composed or decomposed accents, as
     search's collapse of duplicates reads them (three spellings of "Zoë moved to
-    Paris." had stayed three lines of one summary)."""
-    return " ".join(unicodedata.normalize("NFC", sentence).split()).casefold()
+    Paris." had stayed three lines of one summary). The case of a word holding a digit
+    counts: "AbC9xQ" and "abc9xq" are two tokens, and the newer was folded away as the
+    older's copy (an exploratory probe)."""
+    return " ".join(word if _HAS_DIGIT.search(word) else word.casefold()
+                    for word in unicodedata.normalize("NFC", sentence).split())

@@ -125,6 +125,16 @@ def test_fact_heuristic_sees_names_numbers_and_dates() -> None:
     assert not carries_fact("It was fine, OK?")
 
 
+def test_numbers_days_and_months_in_lower_case_are_facts() -> None:
+    # Found by an exploratory probe: these lost their sentence to their memory's first
+    # one, and an archive run archived the memory.
+    assert carries_fact("the budget is three hundred dollars.")
+    assert carries_fact("the appointment is on friday.")
+    assert carries_fact("we fly out in september")
+    assert not carries_fact("i may go if it suits everyone.")
+    assert not carries_fact("no one likes it.")
+
+
 def test_sentences_split_on_ends_and_lines_but_not_decimals() -> None:
     assert split_sentences("Pi is 3.14! Really? yes\n\nnew line") == [
         "Pi is 3.14!",
@@ -197,6 +207,18 @@ async def test_extractive_collapses_spellings_of_one_sentence() -> None:
     result = await Extractive().consolidate([composed, *spellings], "travel", OFFLINE)
 
     assert result.summary == "- Zo\u00eb moved to Paris in 2020."
+
+
+async def test_extractive_keeps_codes_told_in_another_case_apart() -> None:
+    # Found by an exploratory probe: the newer token was folded away as the older's copy.
+    old = entry(1, "Token for staging: AbC9xQ.")
+    new = entry(2, "Token for staging: abc9xq.")
+    again = entry(3, "token FOR staging: AbC9xQ.")
+
+    result = await Extractive().consolidate([old, new, again], "travel", OFFLINE)
+
+    assert result.summary == "- Token for staging: AbC9xQ.\n- Token for staging: abc9xq."
+    assert result.represented_ids == uid(1, 2, 3)
 
 
 async def test_extractive_keeps_fact_sentences_and_collapses_duplicates() -> None:
