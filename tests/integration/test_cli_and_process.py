@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import httpx
@@ -91,6 +92,48 @@ def meaningful_lines(text: str) -> list[str]:
 
 
 # Keys and migrate -----------------------------------------------------------------------
+
+
+async def cli_to(database_url: str, stdout: int | Any, *args: str) -> tuple[int, str]:
+    """`python -m app <args>` with its stdout sent to `stdout` (a file, or DEVNULL):
+    (return code, stderr)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "app", *args, cwd=PROJECT_ROOT,
+        env=base_env(ENGRAM_DATABASE_URL=database_url), stdout=stdout,
+        stderr=asyncio.subprocess.PIPE)
+    _, err = await asyncio.wait_for(proc.communicate(), CLI_TIMEOUT)
+    assert proc.returncode is not None
+    return proc.returncode, err.decode()
+
+
+async def test_a_key_that_cannot_be_shown_is_not_created(database_url: str) -> None:
+    """Found by an exploratory probe: `keys create > /dev/full` committed the key, then
+    failed to print it: a live key nobody had, and the command said the database could
+    not be reached. A broken pipe on `keys list` was blamed on the database too."""
+    tenant = f"full-{uuid.uuid4().hex[:8]}"
+    with open("/dev/full", "w") as full:  # noqa: ASYNC230 - a file handle for the child
+        code, err = await cli_to(database_url, full, "keys", "create", "--tenant", tenant,
+                                 "--new-tenant", "--name", "lost")
+
+    assert code == 1
+    assert "could not be written to standard output" in err
+    assert "no key was created" in err
+    assert "database" not in err
+    listed = await cli(database_url, "keys", "list")
+    assert "lost" not in listed.stdout
+
+    made = await cli(database_url, "keys", "create", "--tenant", tenant, "--name", "shown")
+    assert made.returncode == 0, made.stderr
+    read, write = os.pipe()
+    os.close(read)  # a reader gone, as after `| head -c1`
+    try:
+        code, err = await cli_to(database_url, write, "keys", "list")
+    finally:
+        os.close(write)
+    assert code == 1, err
+    assert "standard output" in err
+    assert "database" not in err
+    assert "Traceback" not in err
 
 
 async def test_key_lifecycle_create_list_authenticate_revoke(
