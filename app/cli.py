@@ -269,6 +269,17 @@ async def _transfer(engine: AsyncEngine, args: argparse.Namespace) -> int:
                   f"{header.tenant_name!r}, taken {header.exported_at}); its keys and "
                   "limits stay", file=sys.stderr)
             return 1
+        if args.as_name is None:
+            exported = read_header(path).tenant_name
+            problem = (_name_problem(exported) if exported == exported.strip()
+                       else "must not begin or end with white space")
+            if problem is not None:
+                # Imported, it was a tenant no command could name (an export from an
+                # older version, or edited; a probe): not even to delete it.
+                print(f"engram: the export's tenant name {exported!r} {problem}, so no "
+                      "command could name the tenant; import it with --as NAME",
+                      file=sys.stderr)
+                return 1
         report = await import_tenant(engine, path, name=args.as_name, replace=args.replace)
     except (AppError, TransferError, ServiceRunning) as exc:
         detail = exc.detail if isinstance(exc, AppError) else str(exc)
@@ -497,14 +508,24 @@ async def _restore(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _name_problem(value: str) -> str | None:
+    """Why `value` (stripped) is no name a command can be given, or None."""
+    if not 1 <= len(value) <= 100:
+        return "must be 1 to 100 characters"
+    if any(unicodedata.category(c) in ("Cc", "Cf") for c in value):
+        # A line break in a name split its row of `keys list` and `tenants list` in two;
+        # a zero-width space made a tenant beside "acme" listed as "acme", a
+        # right-to-left override showed a name backwards (a probe).
+        return ("must not hold control characters or invisible format characters (line "
+                "breaks, tabs, NUL, zero-width spaces, direction overrides)")
+    return None
+
+
 def _bounded_name(value: str) -> str:
     value = value.strip()
-    if not 1 <= len(value) <= 100:
-        raise argparse.ArgumentTypeError("must be 1 to 100 characters")
-    if any(unicodedata.category(c) == "Cc" for c in value):
-        # A line break in a name split its row of `keys list` and `tenants list` in two.
-        raise argparse.ArgumentTypeError("must not hold control characters (line breaks, "
-                                         "tabs, NUL)")
+    problem = _name_problem(value)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
     return value
 
 
@@ -512,8 +533,11 @@ def _reason(value: str) -> str:
     value = value.strip()
     if not 1 <= len(value) <= 500:
         raise argparse.ArgumentTypeError("must be 1 to 500 characters")
-    if "\x00" in value:
-        raise argparse.ArgumentTypeError("must not hold a NUL character")
+    if any(unicodedata.category(c) == "Cc" for c in value):
+        # Answered to the tenant's clients in every 403 and printed by `tenants list`:
+        # a line break split the row, an escape sequence cleared the terminal (a probe).
+        raise argparse.ArgumentTypeError("must be one line, without control characters "
+                                         "(line breaks, tabs, escapes, NUL)")
     return value
 
 

@@ -401,6 +401,14 @@ async def test_a_key_for_a_tenant_named_like_another_but_for_case_is_refused(
                  id="tenant-name-with-a-tab"),
     pytest.param(("reembed", "--batch-size", "0"), "0 is not between 1 and 4096",
                  id="batch-size-out-of-range"),
+    # Found by an exploratory probe: a tenant beside "acme", listed as "acme"; a name
+    # shown backwards; a reason that split its row and cleared the terminal.
+    pytest.param(("keys", "create", "--tenant", "ac\u200bme", "--new-tenant"),
+                 "invisible format characters", id="tenant-name-with-a-zero-width-space"),
+    pytest.param(("keys", "create", "--tenant", "\u202egnp.exe"),
+                 "invisible format characters", id="tenant-name-with-a-direction-override"),
+    pytest.param(("tenants", "suspend", "acme", "--reason", "one\n\x1b[2J"),
+                 "must be one line", id="reason-with-a-line-break-and-an-escape"),
 ])
 async def test_bad_arguments_are_a_short_usage_error(
     database_url: str, args: tuple[str, ...], says: str,

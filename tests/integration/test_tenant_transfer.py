@@ -580,3 +580,26 @@ async def test_a_path_that_is_not_a_file_is_refused(resources: Resources, tmp_pa
         await import_tenant(resources.engine, tmp_path)
     with pytest.raises(TransferError, match="cannot write"):
         await export_tenant(resources.engine, tenant.name, tmp_path / "absent" / "x.gz")
+
+
+@pytest.mark.parametrize("name", ["ac\u200bme", "  padded  ", "two\nlines", ""])
+async def test_an_export_whose_tenant_no_command_could_name_is_imported_only_as_another(
+    resources: Resources, database_url: str, tmp_path: Path, name: str,
+) -> None:
+    """Found by an exploratory probe: an export from an older version, or edited, made a
+    tenant that `tenants delete`, `suspend` and `keys create` could not name (a name of
+    white space alone, padded, with a line break or a zero-width space)."""
+    _, file = await exported(resources, tmp_path)
+    with gzip.open(file, "rt") as fh:
+        lines = fh.readlines()
+    header = json.loads(lines[0])
+    header["tenant"]["name"] = name
+    odd = tmp_path / "odd.jsonl.gz"
+    with gzip.open(odd, "wt") as out:
+        out.writelines([json.dumps(header) + "\n", *lines[1:]])
+
+    refused = await cli(database_url, "tenants", "import", str(odd))
+
+    assert refused.returncode == 1, refused.stderr
+    assert f"the export's tenant name {name!r}" in refused.stderr
+    assert "import it with --as NAME" in refused.stderr
