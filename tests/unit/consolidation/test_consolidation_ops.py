@@ -1,6 +1,7 @@
 """Golden tests for the ops: fixed entries in, exact summary, represented ids and mode out."""
 
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -207,6 +208,22 @@ async def test_extractive_collapses_spellings_of_one_sentence() -> None:
     result = await Extractive().consolidate([composed, *spellings], "travel", OFFLINE)
 
     assert result.summary == "- Zo\u00eb moved to Paris in 2020."
+
+
+async def test_extractive_keeps_a_trace_of_each_line_of_a_summary_it_folds() -> None:
+    # Found by an exploratory probe: read whole, a summary of three notes with no fact
+    # word kept its first line only, and the run archived it with the notes it held.
+    summary = replace(entry(9, "- i like green tea.\n- we walk by the river most evenings."
+                               "\n- the garden gate code is the one we chose. it sticks."),
+                      fact_role="summary", summary_of=uid(1, 2, 3))
+    note = entry(10, "we repainted the fence.")
+
+    result = await Extractive().consolidate([summary, note], "travel", OFFLINE)
+
+    assert result.summary == (
+        "- i like green tea. we walk by the river most evenings. the garden gate code is "
+        "the one we chose.\n- we repainted the fence.")
+    assert result.represented_ids == uid(9, 10)
 
 
 async def test_extractive_keeps_codes_told_in_another_case_apart() -> None:
