@@ -91,6 +91,10 @@ def log_unexpected_answer(logger: logging.Logger, what: str, answer: str, raw: b
     """`what` failed at WARNING, with the provider's error code if it gave one; the
     answer's start, masked, at DEBUG (`answer` names it: "the LLM's answer")."""
     code = provider_code(raw)
+    if code:
+        # Masked too: a provider echoing the key as its error's code put "sk-..." at
+        # WARNING, its words fitting a code's (an exploratory probe).
+        code = _masked(code, len(code), api_key, secrets)
     logger.warning("%s%s", what, f" ({code})" if code else "")
     logger.debug("%s began %s", answer,
                  answer_preview(raw, limit=limit, api_key=api_key, secrets=secrets))

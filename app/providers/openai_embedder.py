@@ -314,10 +314,24 @@ def _answered(status: int, retry_after: float | None, inputs: int,
                           code="embedding_upstream_error", status=502)
 
 
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "list"
+    return "object" if isinstance(value, dict) else "non-number"
+
+
 def _number(value: Any) -> float:
     # float() takes true and "0.5" too: neither is a JSON number.
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"a vector holds {value!r}, not a number")
+        # Its type only: the value is the provider's text, which went into the client's
+        # problem detail, quoting the key or the input it echoed (an exploratory probe).
+        raise TypeError(f"a vector holds a {_json_type(value)}, not a number")
     return float(value)
 
 

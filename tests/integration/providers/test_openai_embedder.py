@@ -26,6 +26,7 @@ from pydantic import ValidationError
 from sqlalchemy import select
 
 from app.models import Memory
+from app.providers.answer_preview import MASK, log_unexpected_answer
 from app.providers.embedder import build_embedder, probe_embedder
 from app.providers.openai_embedder import EmbeddingError, OpenAIEmbedder
 from app.resources import Resources
@@ -1149,3 +1150,37 @@ async def test_the_start_warning_leaves_the_urls_credentials_out(
     assert "KEYX" not in line
     assert "http://<redacted>@127.0.0.1" in line
     assert server.requests[0].query == "api-key=KEYX"  # still sent as given
+
+
+def test_a_provider_code_echoing_the_key_is_masked_at_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Found by an exploratory probe: a provider answering 500 with the key as its error's
+    code put it at WARNING, as the words of a code ("sk-secret-123, server_error")."""
+    body = json.dumps({"error": {"code": API_KEY, "type": "server_error"}}).encode()
+    logger = logging.getLogger("engram.embedder")
+    with caplog.at_level(logging.WARNING, logger="engram.embedder"):
+        log_unexpected_answer(logger, "embeddings API answered 500", "its answer", body,
+                              limit=200, api_key=API_KEY, secrets=())
+
+    [line] = [r.getMessage() for r in caplog.records if r.name == "engram.embedder"]
+    assert API_KEY not in line
+    assert line == f"embeddings API answered 500 ({MASK}, server_error)"
+
+
+async def test_a_bad_answer_quotes_none_of_its_values_to_the_client(
+    server: FakeEmbeddingsServer, embedder: OpenAIEmbedder,
+) -> None:
+    """Found by an exploratory probe: a 200 whose vector held a string quoting the key and
+    the input had it in the problem detail a tenant reads."""
+    quoted = f"upstream error: invalid key {API_KEY} for text: my private diary text"
+    server.default = Garbage(json.dumps(
+        {"data": [{"index": 0, "embedding": [quoted, *([0.1] * 383)]}]}).encode())
+
+    with pytest.raises(EmbeddingError) as caught:
+        await embedder.embed(["my private diary text"])
+
+    assert caught.value.code == "embedding_bad_response"
+    assert API_KEY not in caught.value.detail
+    assert "diary" not in caught.value.detail
+    assert "a vector holds a string, not a number" in caught.value.detail
