@@ -52,6 +52,10 @@ class EmbeddingError(ProviderError):
 
 
 PROBE_TEXT = "Engram checks that its embeddings endpoint answers."
+PROBE_SECONDS = 5.0
+"""The longest the start's probe waits, whatever the timeout and retries: with the
+defaults (10 s, 2 retries) a hanging endpoint held the start 33 s, and a SIGTERM meanwhile
+waited for it (31 s, past a container's grace; an exploratory probe)."""
 
 
 class OpenAIEmbedder:
@@ -94,11 +98,16 @@ class OpenAIEmbedder:
         search's 502. Not a refusal to start: the endpoint may only be down for now, and
         it is tried again with each request."""
         try:
-            await self.embed([PROBE_TEXT])
+            async with asyncio.timeout(min(PROBE_SECONDS, self._timeout)):
+                await self.embed([PROBE_TEXT])
         except EmbeddingError as exc:
             log.warning("the embeddings endpoint %s failed a probe at start (%s: %s); "
                         "writes and searches answer %d until it answers",
                         redact_urls(str(self._url)), exc.code, exc.detail, exc.status)
+        except TimeoutError:
+            log.warning("the embeddings endpoint %s did not answer a probe at start within "
+                        "%g s; the service starts, and each request tries it again",
+                        redact_urls(str(self._url)), min(PROBE_SECONDS, self._timeout))
 
     async def embed(self, texts: Sequence[str]) -> list[Vector]:
         out: list[Vector] = []

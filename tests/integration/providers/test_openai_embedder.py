@@ -26,6 +26,7 @@ from pydantic import ValidationError
 from sqlalchemy import select
 
 from app.models import Memory
+from app.providers import openai_embedder
 from app.providers.answer_preview import MASK, log_unexpected_answer
 from app.providers.embedder import build_embedder, probe_embedder
 from app.providers.openai_embedder import EmbeddingError, OpenAIEmbedder
@@ -1184,3 +1185,24 @@ async def test_a_bad_answer_quotes_none_of_its_values_to_the_client(
     assert API_KEY not in caught.value.detail
     assert "diary" not in caught.value.detail
     assert "a vector holds a string, not a number" in caught.value.detail
+
+
+async def test_a_hanging_endpoint_holds_the_start_a_few_seconds_at_most(
+    server: FakeEmbeddingsServer, caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by an exploratory probe: with the defaults (10 s, 2 retries) a hanging
+    endpoint held the service's start 33 s, and a SIGTERM meanwhile waited for it."""
+    monkeypatch.setattr(openai_embedder, "PROBE_SECONDS", 0.3)
+    server.default = Hang(5.0)
+    embedder = make_embedder(server.base_url, timeout=2.0, max_retries=2)
+    try:
+        with caplog.at_level(logging.WARNING):
+            await probe_embedder(embedder)
+    finally:
+        await embedder.aclose()
+
+    assert len(server.requests) == 1  # cut in its first try, not after three of 2 s
+    [line] = [r.getMessage() for r in caplog.records if "did not answer a probe" in
+              r.getMessage()]
+    assert line.endswith("within 0.3 s; the service starts, and each request tries it again")
