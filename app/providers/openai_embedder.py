@@ -190,12 +190,17 @@ class OpenAIEmbedder:
                 too_large = _too_large(response)
                 error = _answered(response.status_code, retry_after, len(texts), too_large)
                 if response.status_code not in RETRYABLE_STATUS:
-                    _count(started, error.code)
+                    # A refusal the client answers itself is counted as what it is: as
+                    # embedding_upstream_error, TEI's 413 to every batch past 32 texts
+                    # looked like the failures that fail a write (an exploratory probe).
                     if too_large and len(texts) > 1:
+                        _count(started, "batch_split")
                         return await self._split(texts, response.status_code)
                     if (response.status_code in (400, 422) and not too_large and options
                             and not self._asked_without):
+                        _count(started, "options_refused")
                         return await self._without_options(texts, error)
+                    _count(started, error.code)
                     raise error
             _count(started, error.code)
             if retry_after is not None and retry_after > MAX_RETRY_AFTER:

@@ -1206,3 +1206,29 @@ async def test_a_hanging_endpoint_holds_the_start_a_few_seconds_at_most(
     [line] = [r.getMessage() for r in caplog.records if "did not answer a probe" in
               r.getMessage()]
     assert line.endswith("within 0.3 s; the service starts, and each request tries it again")
+
+
+async def test_refusals_the_client_answers_itself_are_counted_apart(
+    server: FakeEmbeddingsServer,
+) -> None:
+    """Found by an exploratory probe: TEI's 413 to a batch past its 32 inputs, sent again
+    in halves, counted embedding_upstream_error though the write succeeded, as did the
+    400 to `dimensions` asked again without it."""
+    outcomes = ("ok", "batch_split", "options_refused", "embedding_upstream_error")
+    before = {o: sample("engram_embedding_calls_total", outcome=o) for o in outcomes}
+    server.default = BatchLimit(2)
+    split = make_embedder(server.base_url, batch_size=4)
+    try:
+        assert len(await split.embed(["a", "b", "c", "d"])) == 4
+    finally:
+        await split.aclose()
+    server.default = RefuseOptions()
+    plain = make_embedder(server.base_url)
+    try:
+        assert len(await plain.embed(["e"])) == 1
+    finally:
+        await plain.aclose()
+
+    after = {o: sample("engram_embedding_calls_total", outcome=o) for o in outcomes}
+    assert {o: after[o] - before[o] for o in outcomes} == {
+        "ok": 3, "batch_split": 1, "options_refused": 1, "embedding_upstream_error": 0}
