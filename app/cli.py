@@ -710,16 +710,21 @@ class _NamedOutput:
         try:
             return self._stream.write(text)
         except OSError as exc:
-            raise OSError(exc.errno, exc.strerror, STANDARD_OUTPUT) from exc
+            raise _named(exc) from exc
 
     def flush(self) -> None:
         try:
             self._stream.flush()
         except OSError as exc:
-            raise OSError(exc.errno, exc.strerror, STANDARD_OUTPUT) from exc
+            raise _named(exc) from exc
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
+
+
+def _named(exc: OSError) -> OSError:
+    """`exc` naming standard output as its file (of the same subclass, by its errno)."""
+    return OSError(exc.errno, exc.strerror, STANDARD_OUTPUT)
 
 
 async def _stoppable(name: str, command: Awaitable[int]) -> int:

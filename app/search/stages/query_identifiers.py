@@ -15,7 +15,6 @@ holds a digit and either a letter or at least five digits, and is not a plain qu
 from __future__ import annotations
 
 import re
-import unicodedata
 from typing import Final
 
 _TOKEN: Final = re.compile(r"#?[a-z0-9]+(?:[-_./][a-z0-9]+)*")
@@ -31,11 +30,11 @@ _MIN_LENGTH: Final = 4
 _MIN_DIGITS_ALONE: Final = 5
 
 
-def query_identifiers(text: str) -> tuple[str, ...]:
-    """The identifiers in `text`, lower-cased, in order, each once."""
-    folded = unicodedata.normalize("NFKC", text).lower()
+def query_identifiers(compatible: str) -> tuple[str, ...]:
+    """The identifiers in `compatible` (a query in Unicode's compatibility normal form, as
+    `analyze_query` reads it once for every rule), lower-cased, in order, each once."""
     found: dict[str, None] = {}
-    for match in _TOKEN.finditer(folded):
+    for match in _TOKEN.finditer(compatible.lower()):
         token = match.group(0)
         if _is_identifier(token):
             found.setdefault(token, None)
